@@ -1,0 +1,198 @@
+// Registering C++ classes as worker classes.
+//
+//   class Adder {
+//    public:
+//     explicit Adder(int base) : base_(base) {}
+//     int add(int a, int b) { return base_ + a + b; }
+//   };
+//   TROUPE_WORKER_CLASS(Adder, cls) {
+//     cls.constructor<int>({"base"});
+//     cls.method("add", &Adder::add, {"a", "b"});
+//   }
+//
+// The registration runs during static initialisation, in the driver and in every worker process
+// (a worker re-executes the driver's binary), so both ends see the same classes. Arguments are
+// keyword arguments: each parameter has a name, and a call must name every parameter except
+// std::optional ones, with a value of the parameter's type. Violations come back to the caller as
+// Error(kInvalidArgument) naming the worker, the method and the argument.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "troupe/error.h"
+#include "troupe/value.h"
+
+namespace troupe {
+namespace detail {
+
+// `where` in the signatures below is the caller-facing description of the call site, such as
+// "method 'add' of worker 'w-0' (class Adder)"; it is used only to build error messages.
+struct MethodInfo {
+  std::string name;
+  std::vector<std::string> params;
+  std::vector<std::string> param_types;
+  // Binds `kwargs` to the parameters and calls the method on `object`. Throws Error for argument
+  // problems; exceptions thrown by the method itself propagate unchanged.
+  std::function<Value(void* object, const Map& kwargs, const std::string& where)> invoke;
+};
+
+struct ClassInfo {
+  std::string name;
+  std::vector<std::string> ctor_params;
+  std::function<std::shared_ptr<void>(const Map& kwargs, const std::string& where)> construct;
+  std::map<std::string, MethodInfo> methods;
+};
+
+// The process-wide class registry. register_class aborts on a duplicate name (a programming
+// error found at start-up). Thread-safe after static initialisation.
+void register_class(ClassInfo info);
+const ClassInfo* find_class(const std::string& name);
+std::vector<std::string> registered_class_names();
+
+// Checks that every key of `kwargs` names a parameter; throws Error(kInvalidArgument) otherwise.
+void check_no_extra_args(const Map& kwargs, const std::vector<std::string>& params,
+                         const std::string& where);
+[[noreturn]] void throw_missing_arg(const std::string& param, const std::string& where);
+[[noreturn]] void throw_bad_arg(const std::string& param, const Error& cause,
+                                const std::string& where);
+
+template <typename T>
+struct is_optional : std::false_type {};
+template <typename T>
+struct is_optional<std::optional<T>> : std::true_type {};
+
+template <typename T>
+std::decay_t<T> bind_one(const Map& kwargs, const std::string& param, const std::string& where) {
+  using D = std::decay_t<T>;
+  for (const auto& [key, value] : kwargs) {
+    if (key != param) continue;
+    try {
+      return value.template as<D>();
+    } catch (const Error& e) {
+      throw_bad_arg(param, e, where);
+    }
+  }
+  if constexpr (is_optional<D>::value) {
+    return std::nullopt;
+  } else {
+    throw_missing_arg(param, where);
+  }
+}
+
+template <typename... A, size_t... I>
+std::tuple<std::decay_t<A>...> bind_args(const Map& kwargs, const std::vector<std::string>& params,
+                                         const std::string& where, std::index_sequence<I...>) {
+  check_no_extra_args(kwargs, params, where);
+  // Braced initialisation evaluates the arguments left to right.
+  return std::tuple<std::decay_t<A>...>{bind_one<A>(kwargs, params[I], where)...};
+}
+
+void check_param_count(const std::string& what, size_t expected, size_t given);
+
+}  // namespace detail
+
+// Declares a worker class's constructor and methods. Used inside TROUPE_WORKER_CLASS.
+template <typename C>
+class ClassBuilder {
+ public:
+  explicit ClassBuilder(std::string name) {
+    info_.name = std::move(name);
+    if constexpr (std::is_default_constructible_v<C>) {
+      info_.construct = [](const Map& kwargs, const std::string& where) -> std::shared_ptr<void> {
+        detail::check_no_extra_args(kwargs, {}, where);
+        return std::make_shared<C>();
+      };
+    }
+  }
+
+  // The constructor to call, with its parameter names.
+  template <typename... A>
+  ClassBuilder& constructor(std::vector<std::string> params = {}) {
+    detail::check_param_count("constructor of " + info_.name, sizeof...(A), params.size());
+    info_.ctor_params = params;
+    info_.construct = [params](const Map& kwargs,
+                               const std::string& where) -> std::shared_ptr<void> {
+      auto args =
+          detail::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
+      return std::apply([](auto&&... a) { return std::make_shared<C>(std::move(a)...); },
+                        std::move(args));
+    };
+    return *this;
+  }
+
+  // A method callable by name, with its parameter names (one per parameter).
+  template <typename R, typename... A>
+  ClassBuilder& method(const std::string& name, R (C::*fn)(A...),
+                       std::vector<std::string> params = {}) {
+    return add_method<R, A...>(name, [fn](C& c, A... a) -> R { return (c.*fn)(std::forward<A>(a)...); },
+                               std::move(params));
+  }
+  template <typename R, typename... A>
+  ClassBuilder& method(const std::string& name, R (C::*fn)(A...) const,
+                       std::vector<std::string> params = {}) {
+    return add_method<R, A...>(name, [fn](C& c, A... a) -> R { return (c.*fn)(std::forward<A>(a)...); },
+                               std::move(params));
+  }
+
+  detail::ClassInfo release() { return std::move(info_); }
+
+ private:
+  template <typename R, typename... A, typename F>
+  ClassBuilder& add_method(const std::string& name, F call, std::vector<std::string> params) {
+    detail::check_param_count("method " + info_.name + "." + name, sizeof...(A), params.size());
+    detail::MethodInfo m;
+    m.name = name;
+    m.params = params;
+    m.param_types = {type_name<A>()...};
+    m.invoke = [call, params](void* object, const Map& kwargs, const std::string& where) -> Value {
+      auto args = detail::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
+      C& self = *static_cast<C*>(object);
+      if constexpr (std::is_void_v<R>) {
+        std::apply([&](auto&&... a) { call(self, std::move(a)...); }, std::move(args));
+        return Value();
+      } else {
+        return to_value(
+            std::apply([&](auto&&... a) -> R { return call(self, std::move(a)...); },
+                       std::move(args)));
+      }
+    };
+    info_.methods[name] = std::move(m);
+    return *this;
+  }
+
+  detail::ClassInfo info_;
+};
+
+namespace detail {
+template <typename C>
+bool define_class(const char* name, void (*define)(ClassBuilder<C>&)) {
+  ClassBuilder<C> builder(name);
+  define(builder);
+  register_class(builder.release());
+  return true;
+}
+}  // namespace detail
+
+}  // namespace troupe
+
+#define TROUPE_CONCAT_INNER(a, b) a##b
+#define TROUPE_CONCAT(a, b) TROUPE_CONCAT_INNER(a, b)
+#define TROUPE_WORKER_CLASS_IMPL(Type, name, builder, id)                                       \
+  static void TROUPE_CONCAT(troupe_define_class_, id)(::troupe::ClassBuilder<Type> & builder); \
+  [[maybe_unused]] static const bool TROUPE_CONCAT(troupe_class_registered_, id) =             \
+      ::troupe::detail::define_class<Type>(name, &TROUPE_CONCAT(troupe_define_class_, id));    \
+  static void TROUPE_CONCAT(troupe_define_class_, id)(::troupe::ClassBuilder<Type> & builder)
+
+// Registers `Type` as a worker class named like the type; the braces that follow declare its
+// constructor and methods through `builder` (a ClassBuilder<Type>&).
+#define TROUPE_WORKER_CLASS(Type, builder) \
+  TROUPE_WORKER_CLASS_IMPL(Type, #Type, builder, __COUNTER__)
+// The same, with an explicit class name.
+#define TROUPE_WORKER_CLASS_NAMED(Type, name, builder) \
+  TROUPE_WORKER_CLASS_IMPL(Type, name, builder, __COUNTER__)
