@@ -10,19 +10,19 @@ namespace troupe {
 
 enum class ErrorCode : int {
   kOk = 0,
-  kInvalidArgument,     // missing, extra or mistyped argument; bad option
-  kUnknownClass,        // no worker class registered under that name
-  kUnknownMethod,       // the worker class has no such method
-  kMethodFailed,        // the worker method threw; message carries what() text
-  kConstructorFailed,   // the worker's constructor threw
-  kWorkerDied,          // the worker process or its host is gone
-  kConnectionLost,      // the connection closed without a known death
-  kTimeout,             // a deadline passed
-  kProtocol,            // a malformed or oversized frame
-  kUnauthenticated,     // the peer did not prove the cluster token
-  kExecutableNotFound,  // the worker executable could not be started
-  kResourceUnavailable, // not enough CPUs, GPUs, hosts or ports
-  kShutdown,            // the cluster or worker was shut down
+  kInvalidArgument,      // missing, extra or mistyped argument; bad option
+  kUnknownClass,         // no worker class registered under that name
+  kUnknownMethod,        // the worker class has no such method
+  kMethodFailed,         // the worker method threw; message carries what() text
+  kConstructorFailed,    // the worker's constructor threw
+  kWorkerDied,           // the worker process or its host is gone
+  kConnectionLost,       // the connection closed without a known death
+  kTimeout,              // a deadline passed
+  kProtocol,             // a malformed or oversized frame
+  kUnauthenticated,      // the peer did not prove the cluster token
+  kExecutableNotFound,   // the worker executable could not be started
+  kResourceUnavailable,  // not enough CPUs, GPUs, hosts or ports
+  kShutdown,             // the cluster or worker was shut down
   kInternal,
 };
 

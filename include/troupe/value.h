@@ -37,9 +37,7 @@ class Bytes {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
-  std::string_view view() const {
-    return {reinterpret_cast<const char*>(data_), size_};
-  }
+  std::string_view view() const { return {reinterpret_cast<const char*>(data_), size_}; }
   bool operator==(const Bytes& other) const {
     return size_ == other.size_ && (size_ == 0 || std::memcmp(data_, other.data_, size_) == 0);
   }
@@ -62,7 +60,8 @@ class Value {
   Value() = default;
   Value(std::nullptr_t) {}
   Value(bool v) : data_(v) {}
-  template <typename T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  template <typename T,
+            std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
   Value(T v) : data_(static_cast<int64_t>(v)) {
     if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(int64_t)) {
       if (v > static_cast<T>(std::numeric_limits<int64_t>::max()))
@@ -267,7 +266,9 @@ struct Convert<std::optional<T>> {
 
 template <typename A, typename B>
 struct Convert<std::pair<A, B>> {
-  static std::string name() { return "pair<" + Convert<A>::name() + ", " + Convert<B>::name() + ">"; }
+  static std::string name() {
+    return "pair<" + Convert<A>::name() + ", " + Convert<B>::name() + ">";
+  }
   static Value to(const std::pair<A, B>& v) {
     return Value(Array{Convert<A>::to(v.first), Convert<B>::to(v.second)});
   }

@@ -118,8 +118,7 @@ class ClassBuilder {
     info_.ctor_params = params;
     info_.construct = [params](const Map& kwargs,
                                const std::string& where) -> std::shared_ptr<void> {
-      auto args =
-          detail::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
+      auto args = detail::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
       return std::apply([](auto&&... a) { return std::make_shared<C>(std::move(a)...); },
                         std::move(args));
     };
@@ -130,14 +129,16 @@ class ClassBuilder {
   template <typename R, typename... A>
   ClassBuilder& method(const std::string& name, R (C::*fn)(A...),
                        std::vector<std::string> params = {}) {
-    return add_method<R, A...>(name, [fn](C& c, A... a) -> R { return (c.*fn)(std::forward<A>(a)...); },
-                               std::move(params));
+    return add_method<R, A...>(
+        name, [fn](C& c, A... a) -> R { return (c.*fn)(std::forward<A>(a)...); },
+        std::move(params));
   }
   template <typename R, typename... A>
   ClassBuilder& method(const std::string& name, R (C::*fn)(A...) const,
                        std::vector<std::string> params = {}) {
-    return add_method<R, A...>(name, [fn](C& c, A... a) -> R { return (c.*fn)(std::forward<A>(a)...); },
-                               std::move(params));
+    return add_method<R, A...>(
+        name, [fn](C& c, A... a) -> R { return (c.*fn)(std::forward<A>(a)...); },
+        std::move(params));
   }
 
   detail::ClassInfo release() { return std::move(info_); }
@@ -157,9 +158,8 @@ class ClassBuilder {
         std::apply([&](auto&&... a) { call(self, std::move(a)...); }, std::move(args));
         return Value();
       } else {
-        return to_value(
-            std::apply([&](auto&&... a) -> R { return call(self, std::move(a)...); },
-                       std::move(args)));
+        return to_value(std::apply([&](auto&&... a) -> R { return call(self, std::move(a)...); },
+                                   std::move(args)));
       }
     };
     info_.methods[name] = std::move(m);
@@ -183,7 +183,7 @@ bool define_class(const char* name, void (*define)(ClassBuilder<C>&)) {
 
 #define TROUPE_CONCAT_INNER(a, b) a##b
 #define TROUPE_CONCAT(a, b) TROUPE_CONCAT_INNER(a, b)
-#define TROUPE_WORKER_CLASS_IMPL(Type, name, builder, id)                                       \
+#define TROUPE_WORKER_CLASS_IMPL(Type, name, builder, id)                                      \
   static void TROUPE_CONCAT(troupe_define_class_, id)(::troupe::ClassBuilder<Type> & builder); \
   [[maybe_unused]] static const bool TROUPE_CONCAT(troupe_class_registered_, id) =             \
       ::troupe::detail::define_class<Type>(name, &TROUPE_CONCAT(troupe_define_class_, id));    \

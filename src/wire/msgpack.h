@@ -18,9 +18,9 @@ namespace troupe::wire {
 constexpr int8_t kAttachmentExtType = 1;
 
 struct DecodeLimits {
-  size_t max_depth = 64;                    // nesting of arrays and maps
-  size_t max_string = 64u << 20;            // bytes in one str or bin
-  size_t max_container = 16u << 20;         // elements in one array or map
+  size_t max_depth = 64;             // nesting of arrays and maps
+  size_t max_string = 64u << 20;     // bytes in one str or bin
+  size_t max_container = 16u << 20;  // elements in one array or map
 };
 
 // Appends the encoding of `value` to `out`. When `attachments` is non-null, each Bytes value is

@@ -1,0 +1,156 @@
+// The runtime seen from the driver: a Cluster of hosts and the Workers started on them.
+//
+//   troupe::Cluster cluster(troupe::ClusterOptions::local(2, /*gpus_per_host=*/2));
+//   troupe::Worker w = cluster.start_worker({.class_name = "Adder", .args = {{"base", 10}},
+//                                            .host = 1});
+//   int sum = w.call<int>("add", {{"a", 1}, {"b", 2}}).get();
+//
+// With no address, a Cluster is embedded: the head runs inside the driver and one agent process
+// per simulated host runs on this machine, each with its own loopback address (127.0.0.2,
+// 127.0.0.3, ...) and its own declared CPUs and GPUs. Calls go straight from the driver to the
+// worker process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "troupe/error.h"
+#include "troupe/future.h"
+#include "troupe/value.h"
+
+namespace troupe {
+
+struct HostSpec {
+  std::string name;     // default "host-<index>"
+  std::string address;  // default 127.0.0.<index + 2>
+  double num_cpus = 0;  // 0: the number of cores of this machine
+  int num_gpus = 0;     // declared GPUs: real slots for placement and CUDA_VISIBLE_DEVICES
+  std::map<std::string, std::string> labels;
+};
+
+// Where the workers of a class run when not in the driver's own executable.
+struct WorkerExecutable {
+  std::string path;                        // absolute, or searched in PATH
+  std::vector<std::string> args;           // extra command-line arguments
+  std::map<std::string, std::string> env;  // extra environment variables
+};
+
+struct ClusterOptions {
+  std::vector<HostSpec> hosts = {HostSpec{}};
+  // Logs, sockets and the token file live here. Default: $TMPDIR/troupe-<uid>/session-<time>-<pid>.
+  std::string session_dir;
+  // Copy every worker's stdout and stderr lines to this terminal, prefixed "(name pid=N) ".
+  bool log_to_driver = true;
+  // How long to wait for the agents to come up.
+  std::chrono::milliseconds start_timeout{30000};
+  // Class name -> executable, for classes that do not live in the driver's binary.
+  std::map<std::string, WorkerExecutable> executables;
+
+  // `num_hosts` simulated hosts with the given declared resources each.
+  static ClusterOptions local(size_t num_hosts, int gpus_per_host = 0, double cpus_per_host = 0);
+};
+
+struct HostInfo {
+  size_t index = 0;
+  std::string name;
+  std::string address;
+  double num_cpus = 0;
+  std::vector<int> gpu_ids;
+  std::map<std::string, std::string> labels;
+  pid_t agent_pid = 0;
+  bool alive = true;
+};
+
+struct WorkerOptions {
+  std::string class_name;
+  Kwargs args;            // constructor arguments, by name
+  size_t host = 0;        // index into Cluster::hosts()
+  std::string name;       // default "<class>-<n>"; unique within the cluster
+  std::vector<int> gpus;  // GPU ids of that host for CUDA_VISIBLE_DEVICES (may be shared)
+  int num_gpus = 0;       // or: this many GPUs not used by another worker, chosen by the agent
+  std::map<std::string, std::string> env;   // added to the worker's environment
+  std::vector<std::string> launch_wrapper;  // command prefix, e.g. {"valgrind", "-q"}
+  bool log_to_driver = true;
+  std::chrono::milliseconds start_timeout{60000};
+};
+
+namespace internal {
+class WorkerState;
+class ClusterImpl;
+}  // namespace internal
+
+// A handle to one worker. Cheap to copy; all copies refer to the same worker. Thread-safe.
+class Worker {
+ public:
+  Worker() = default;
+  explicit Worker(std::shared_ptr<internal::WorkerState> state) : state_(std::move(state)) {}
+
+  bool valid() const { return state_ != nullptr; }
+  const std::string& name() const;
+  const std::string& class_name() const;
+  size_t host() const;
+  // 0 until the process has started.
+  pid_t pid() const;
+  // The GPU ids the worker sees (its CUDA_VISIBLE_DEVICES); empty until started.
+  std::vector<int> gpus() const;
+  // The worker's log file (stdout and stderr).
+  std::string log_path() const;
+  // Completes when the worker's object is constructed, or with the error that prevented it.
+  Future<void> ready() const;
+  // False once the worker died, failed to start or was stopped.
+  bool alive() const;
+
+  // Calls `method` with keyword arguments; returns at once. Calls to one worker run in the
+  // order they were made. A call made before the worker is ready is sent once it is. The future
+  // fails with kUnknownMethod, kInvalidArgument (naming the argument), kMethodFailed (with the
+  // exception's type and message), kWorkerDied, ... each naming the worker and method.
+  template <typename R = Value>
+  Future<R> call(const std::string& method, Kwargs kwargs = {}) const {
+    return Future<R>(call_value(method, kwargs).state());
+  }
+  Future<Value> call_value(const std::string& method, const Kwargs& kwargs) const;
+
+  // Stops the process (SIGTERM to its process group, SIGKILL after `grace`). Blocks until it is
+  // gone. Pending calls fail with kWorkerDied.
+  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(3000)) const;
+
+  const std::shared_ptr<internal::WorkerState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<internal::WorkerState> state_;
+};
+
+class Cluster {
+ public:
+  // Starts the embedded head and one agent per host; blocks until every agent has registered.
+  // Throws Error (kTimeout, kWorkerDied naming the agent that exited, ...).
+  explicit Cluster(ClusterOptions options = {});
+  // shutdown().
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Starts a worker; returns at once with its handle (see Worker::ready). Throws
+  // Error(kInvalidArgument) for a bad host index or a duplicate name, and kUnknownClass for a
+  // class that is neither registered in this binary nor mapped to an executable.
+  Worker start_worker(WorkerOptions options);
+
+  std::vector<HostInfo> hosts() const;
+  const std::string& session_dir() const;
+
+  // Stops every worker (SIGTERM, then SIGKILL after a grace period), then every agent; waits
+  // for all of them. Idempotent; thread-safe.
+  void shutdown();
+
+  internal::ClusterImpl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<internal::ClusterImpl> impl_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,21 @@
+// troupe: drive groups of worker processes from one controller.
+#pragma once
+
+#include "troupe/cluster.h"
+#include "troupe/error.h"
+#include "troupe/future.h"
+#include "troupe/named_sharding.h"
+#include "troupe/value.h"
+#include "troupe/worker_class.h"
+
+namespace troupe {
+
+// Call first thing in main(), before parsing arguments. In a process that troupe started as an
+// agent or a worker (it re-executes the driver's binary), runs that role and exits; in the
+// driver it returns at once.
+void init(int argc, char** argv);
+
+// The library version, "MAJOR.MINOR.PATCH".
+const char* version();
+
+}  // namespace troupe

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# THE test command. Installs dependencies, then:
+#   1. builds the release variant (build/) and runs its CTest suite;
+#   2. installs it into a temporary prefix and builds tests/consumer against it
+#      (tests/consumer_test.sh), counted as one test;
+#   3. builds the ASan/UBSan variant (build-asan/) and runs its CTest suite.
+# Keeps going after a failure so that one run reports everything. A step that fails without
+# reporting test counts (setup, a build, a ctest run that printed no summary) counts as one
+# failure. Exits non-zero if anything failed; the last line of output is "N passed, M failed".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+passed=0
+failed=0
+report=()
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+note() { report+=("$1"); }
+
+step_failed() {  # step_failed WHAT
+  failed=$((failed + 1))
+  note "FAILED  $1"
+}
+
+# run_ctest LABEL BUILD_DIR [ENV=VALUE...]: runs the suite, adds its counts to the totals.
+run_ctest() {
+  local label=$1 dir=$2 log rc=0 line total nfail
+  shift 2
+  log="$work/ctest-$label.log"
+  echo "=== ctest ($label) ==="
+  # stdin from /dev/null: CI has none, and no test may wait on it. --timeout is the default
+  # deadline for a test that sets none of its own.
+  env "$@" ctest --test-dir "$dir" --output-on-failure -j2 --timeout 300 --no-tests=error \
+    </dev/null 2>&1 | tee "$log" || rc=$?
+  line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
+  if [[ -z "$line" ]]; then
+    step_failed "ctest $label: no test summary (exit $rc)"
+    return
+  fi
+  total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
+  nfail=$(sed -E 's/.*, ([0-9]+) tests? failed.*/\1/' <<<"$line")
+  passed=$((passed + total - nfail))
+  failed=$((failed + nfail))
+  if ((rc != 0 && nfail == 0)); then
+    step_failed "ctest $label: exit $rc although no test failed"
+  else
+    note "$( ((nfail == 0)) && echo "ok     " || echo "FAILED ") ctest $label: $((total - nfail)) passed, $nfail failed"
+  fi
+}
+
+echo "=== setup ==="
+if bash scripts/setup.sh; then note "ok      setup"; else step_failed "setup"; fi
+
+echo "=== build (release) ==="
+if bash scripts/build.sh release; then
+  note "ok      build release"
+  run_ctest release build
+
+  echo "=== install + consumer ==="
+  if bash tests/consumer_test.sh build .; then
+    passed=$((passed + 1))
+    note "ok      install + consumer"
+  else
+    step_failed "install + consumer"
+  fi
+else
+  step_failed "build release (its tests and the consumer check did not run)"
+fi
+
+echo "=== build (asan) ==="
+if bash scripts/build.sh asan; then
+  note "ok      build asan"
+  run_ctest asan build-asan \
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+else
+  step_failed "build asan (its tests did not run)"
+fi
+
+echo "=== summary ==="
+printf '  %s\n' "${report[@]}"
+echo "$passed passed, $failed failed"
+((failed == 0))

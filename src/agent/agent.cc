@@ -1,0 +1,404 @@
+#include "agent/agent.h"
+
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/signal_set.hpp>
+#include <asio/steady_timer.hpp>
+#include <fstream>
+
+#include "agent/worker_process.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "common/token.h"
+#include "transport/listener.h"
+#include "transport/rpc_peer.h"
+#include "worker/worker_env.h"
+
+namespace troupe::agent {
+namespace {
+
+constexpr std::chrono::milliseconds kConnectTimeout{10000};
+constexpr std::chrono::milliseconds kShutdownGrace{2000};
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string machine_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  return id;
+}
+
+Map status_value(const std::string& name, pid_t pid, const process::ExitStatus& s,
+                 const std::vector<std::string>& tail) {
+  Array lines(tail.begin(), tail.end());
+  return Map{{"name", name},
+             {"pid", static_cast<int64_t>(pid)},
+             {"status", s.describe()},
+             {"exit_code", s.exited ? Value(s.code) : Value()},
+             {"signal", s.signal ? Value(s.signal) : Value()},
+             {"stderr_tail", std::move(lines)}};
+}
+
+template <typename T>
+T arg_or(const Map& kwargs, const char* key, T fallback) {
+  for (const auto& [k, v] : kwargs)
+    if (k == key) return v.template as<T>();
+  return fallback;
+}
+
+class Agent {
+ public:
+  explicit Agent(AgentConfig config) : config_(std::move(config)), signals_(io_) {}
+
+  int run() {
+    log::set_role("agent:" + config_.host_name);
+    ::mkdir((config_.session_dir + "/logs").c_str(), 0755);
+    ::mkdir((config_.session_dir + "/sockets").c_str(), 0700);
+    auto on_conn = [this](std::shared_ptr<transport::Connection> c) { accept_client(c); };
+    try {
+      unix_listener_ = transport::Listener::start(
+          io_, "unix:" + config_.session_dir + "/sockets/agent-" + config_.host_name + ".sock",
+          config_.token, on_conn);
+      tcp_listener_ =
+          transport::Listener::start(io_, "tcp:" + config_.address + ":0", config_.token, on_conn);
+    } catch (const Error& e) {
+      TROUPE_LOG(Error) << e.message();
+      return 3;
+    }
+    signals_.add(SIGCHLD);
+    signals_.add(SIGTERM);
+    signals_.add(SIGINT);
+    signals_.add(SIGHUP);
+    wait_signals();
+    connect_head();
+    io_.run();
+    return exit_code_;
+  }
+
+ private:
+  void wait_signals() {
+    signals_.async_wait([this](const asio::error_code& ec, int sig) {
+      if (ec) return;
+      if (sig == SIGCHLD) {
+        reap();
+      } else {
+        TROUPE_LOG(Info) << "signal " << sig << ": stopping";
+        begin_shutdown(0);
+      }
+      wait_signals();
+    });
+  }
+
+  void connect_head() {
+    transport::async_connect(
+        io_, config_.head_endpoint, config_.token, kConnectTimeout,
+        [this](std::shared_ptr<transport::Connection> c, const Error* error) {
+          if (error) {
+            TROUPE_LOG(Error) << "cannot reach the head at " << config_.head_endpoint << ": "
+                              << error->message();
+            begin_shutdown(4);
+            return;
+          }
+          transport::RpcPeer::Handlers h;
+          h.on_close = [this](const Error& reason) {
+            if (shutting_down_) return;
+            TROUPE_LOG(Warning) << "lost the head (" << reason.message()
+                                << "): stopping all workers";
+            begin_shutdown(0);
+          };
+          h.on_request = [this](wire::Request&& r, const transport::Responder& resp) {
+            handle(std::move(r), resp);
+          };
+          head_ = transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h));
+          Array gpus(config_.gpu_ids.begin(), config_.gpu_ids.end());
+          Map labels;
+          for (const auto& [k, v] : config_.labels) labels.emplace_back(k, v);
+          head_
+              ->call("register_agent", Map{{"host_name", config_.host_name},
+                                           {"address", config_.address},
+                                           {"num_cpus", config_.num_cpus},
+                                           {"gpu_ids", std::move(gpus)},
+                                           {"labels", std::move(labels)},
+                                           {"unix", unix_listener_->endpoint()},
+                                           {"tcp", tcp_listener_->endpoint()},
+                                           {"pid", static_cast<int64_t>(::getpid())},
+                                           {"machine_id", machine_id()}})
+              .then([this](const Future<Value>& f) {
+                if (auto e = f.error()) {
+                  TROUPE_LOG(Error) << "the head refused registration: " << e->message();
+                  asio::post(io_, [this] { begin_shutdown(5); });
+                }
+              });
+        });
+  }
+
+  void accept_client(std::shared_ptr<transport::Connection> c) {
+    transport::RpcPeer::Handlers h;
+    h.on_request = [this](wire::Request&& r, const transport::Responder& resp) {
+      handle(std::move(r), resp);
+    };
+    auto peer = std::make_shared<std::weak_ptr<transport::RpcPeer>>();
+    h.on_close = [this, peer](const Error&) { clients_.erase(*peer); };
+    auto p = transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h));
+    *peer = p;
+    clients_.insert(p);
+  }
+
+  void handle(wire::Request&& r, const transport::Responder& resp) {
+    try {
+      if (r.method == "start_worker") return start_worker(r.kwargs, resp);
+      if (r.method == "stop_worker") return stop_worker(r.kwargs, resp);
+      if (r.method == "list_workers") return list_workers(resp);
+      if (r.method == "shutdown") {
+        resp.reply(Value());
+        return begin_shutdown(0);
+      }
+      if (r.method == "ping") return resp.reply(config_.host_name);
+      resp.fail(Error(ErrorCode::kUnknownMethod,
+                      "agent " + config_.host_name + " has no method '" + r.method +
+                          "' (start_worker, stop_worker, list_workers, shutdown, ping)"));
+    } catch (const Error& e) {
+      resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
+                      "agent " + config_.host_name + ": " + r.method + ": " + e.message()));
+    }
+  }
+
+  std::vector<int> choose_gpus(const Map& kwargs) {
+    std::vector<int> gpus = arg_or<std::vector<int>>(kwargs, "gpus", {});
+    for (int g : gpus) {
+      bool declared = false;
+      for (int d : config_.gpu_ids) declared = declared || d == g;
+      if (!declared)
+        throw Error(ErrorCode::kResourceUnavailable,
+                    "GPU " + std::to_string(g) + " is not one of the " +
+                        std::to_string(config_.gpu_ids.size()) + " GPUs of " + config_.host_name);
+    }
+    int64_t want = arg_or<int64_t>(kwargs, "num_gpus", 0);
+    if (want > 0 && gpus.empty()) {
+      std::map<int, int> users;
+      for (int d : config_.gpu_ids) users[d] = 0;
+      for (const auto& [name, w] : workers_)
+        if (!w.process->exited())
+          for (int g : w.gpus) users[g]++;
+      for (int d : config_.gpu_ids)
+        if (users[d] == 0 && static_cast<int64_t>(gpus.size()) < want) gpus.push_back(d);
+      if (static_cast<int64_t>(gpus.size()) < want)
+        throw Error(ErrorCode::kResourceUnavailable,
+                    "asked for " + std::to_string(want) + " GPUs on " + config_.host_name +
+                        ", which has " + std::to_string(config_.gpu_ids.size()) + " (" +
+                        std::to_string(gpus.size()) + " free)");
+    }
+    return gpus;
+  }
+
+  void start_worker(const Map& kwargs, const transport::Responder& resp) {
+    std::string name = arg_or<std::string>(kwargs, "name", "");
+    if (name.empty()) throw Error(ErrorCode::kInvalidArgument, "a worker needs a name");
+    if (auto it = workers_.find(name); it != workers_.end() && !it->second.process->exited())
+      throw Error(ErrorCode::kInvalidArgument, "a worker named '" + name + "' is running");
+    std::vector<int> gpus = choose_gpus(kwargs);
+
+    WorkerLaunch launch;
+    launch.name = name;
+    launch.executable = arg_or<std::string>(kwargs, "executable", env::self_executable());
+    launch.args = arg_or<std::vector<std::string>>(kwargs, "args", {});
+    launch.wrapper = arg_or<std::vector<std::string>>(kwargs, "wrapper", {});
+    launch.log_path = config_.session_dir + "/logs/" + name + ".log";
+    launch.log_to_terminal =
+        config_.log_to_terminal && arg_or<bool>(kwargs, "log_to_terminal", true);
+
+    auto vars = env::current();
+    for (auto it = vars.begin(); it != vars.end();)
+      it = it->first.rfind("TROUPE_", 0) == 0 ? vars.erase(it) : std::next(it);
+    for (const auto& [k, v] : arg_or<std::map<std::string, std::string>>(kwargs, "env", {}))
+      vars[k] = v;
+    std::string cuda;
+    for (int g : gpus) cuda += (cuda.empty() ? "" : ",") + std::to_string(g);
+    vars["CUDA_VISIBLE_DEVICES"] = cuda;
+    vars[worker_env::kRole] = "worker";
+    vars[worker_env::kName] = name;
+    vars[worker_env::kHostName] = config_.host_name;
+    std::string unix_ep = "unix:" + config_.session_dir + "/sockets/" + config_.host_name + "-w" +
+                          std::to_string(next_socket_++) + ".sock";
+    vars[worker_env::kUnixEndpoint] = unix_ep;
+    vars[worker_env::kTcpHost] = config_.address;
+    vars["TROUPE_TOKEN"] = config_.token;
+    launch.env = env::to_strings(vars);
+
+    auto proc = std::make_shared<WorkerProcess>(io_, launch);
+    auto timeout = std::chrono::milliseconds(arg_or<int64_t>(kwargs, "start_timeout_ms", 60000));
+    auto timer = std::make_shared<asio::steady_timer>(io_, timeout);
+    auto answered = std::make_shared<bool>(false);
+    auto on_ready = [this, resp, proc, name, unix_ep, gpus, timer,
+                     answered](std::optional<std::string> line) {
+      if (*answered) return;
+      if (!line || line->rfind("ready", 0) != 0) return;  // the exit handler reports the failure
+      *answered = true;
+      timer->cancel();
+      Array gpu_values(gpus.begin(), gpus.end());
+      std::string tcp = line->size() > 6 ? line->substr(6) : "";
+      resp.reply(Map{{"pid", static_cast<int64_t>(proc->pid())},
+                     {"unix", unix_ep},
+                     {"tcp", tcp},
+                     {"gpus", std::move(gpu_values)}});
+    };
+    auto on_exit = [this, resp, proc, name, timer, answered](const process::ExitStatus& s) {
+      timer->cancel();
+      if (!*answered) {
+        *answered = true;
+        std::string tail;
+        for (const auto& l : proc->stderr_tail()) tail += "\n  " + l;
+        resp.fail(Error(ErrorCode::kWorkerDied,
+                        "worker '" + name + "' on " + config_.host_name + " (pid " +
+                            std::to_string(proc->pid()) + ") exited before it was ready: " +
+                            s.describe() + (tail.empty() ? "" : "; last stderr lines:" + tail)));
+      }
+      worker_exited(name, proc, s);
+    };
+    proc->start(on_ready, on_exit);  // throws kExecutableNotFound
+    workers_[name] = RunningWorker{proc, gpus, {}, std::nullopt};
+    timer->async_wait([this, resp, proc, name, answered, timeout](const asio::error_code& ec) {
+      if (ec || *answered) return;
+      *answered = true;
+      resp.fail(Error(ErrorCode::kTimeout, "worker '" + name + "' on " + config_.host_name +
+                                               " was not ready within " +
+                                               std::to_string(timeout.count()) + " ms; killed"));
+      proc->kill_now();
+    });
+  }
+
+  void stop_worker(const Map& kwargs, const transport::Responder& resp) {
+    std::string name = arg_or<std::string>(kwargs, "name", "");
+    auto it = workers_.find(name);
+    if (it == workers_.end())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "no worker named '" + name + "' on " + config_.host_name);
+    if (it->second.exit_status) {
+      resp.reply(Map{{"status", it->second.exit_status->describe()}});
+      return;
+    }
+    it->second.stop_waiters.push_back(resp);
+    it->second.process->stop(std::chrono::milliseconds(arg_or<int64_t>(kwargs, "grace_ms", 3000)));
+  }
+
+  void list_workers(const transport::Responder& resp) {
+    Array out;
+    for (const auto& [name, w] : workers_)
+      out.push_back(Map{{"name", name},
+                        {"pid", static_cast<int64_t>(w.process->pid())},
+                        {"alive", !w.process->exited()}});
+    resp.reply(std::move(out));
+  }
+
+  void worker_exited(const std::string& name, const std::shared_ptr<WorkerProcess>& proc,
+                     const process::ExitStatus& s) {
+    // Children the worker left in its process group die with it.
+    process::kill_group(proc->pid(), SIGKILL);
+    Map event = status_value(name, proc->pid(), s, proc->stderr_tail());
+    for (const auto& weak : clients_)
+      if (auto c = weak.lock()) c->send_event("worker_exited", event);
+    if (head_) head_->send_event("worker_exited", event);
+    auto it = workers_.find(name);
+    if (it != workers_.end() && it->second.process == proc) {
+      it->second.exit_status = s;
+      for (const auto& waiter : it->second.stop_waiters)
+        waiter.reply(Map{{"status", s.describe()}});
+      it->second.stop_waiters.clear();
+    }
+    maybe_exit();
+  }
+
+  void reap() {
+    int status;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      for (auto& [name, w] : workers_)
+        if (w.process->pid() == pid) w.process->on_reaped(status);
+    }
+  }
+
+  void begin_shutdown(int code) {
+    if (shutting_down_) return;
+    shutting_down_ = true;
+    exit_code_ = code;
+    if (unix_listener_) unix_listener_->close();
+    if (tcp_listener_) tcp_listener_->close();
+    for (auto& [name, w] : workers_) w.process->stop(kShutdownGrace);
+    maybe_exit();
+  }
+
+  void maybe_exit() {
+    if (!shutting_down_) return;
+    for (const auto& [name, w] : workers_)
+      if (!w.exit_status) return;
+    io_.stop();
+  }
+
+  struct RunningWorker {
+    std::shared_ptr<WorkerProcess> process;
+    std::vector<int> gpus;
+    std::vector<transport::Responder> stop_waiters;
+    std::optional<process::ExitStatus> exit_status;
+  };
+
+  AgentConfig config_;
+  asio::io_context io_;
+  asio::signal_set signals_;
+  std::shared_ptr<transport::Listener> unix_listener_, tcp_listener_;
+  std::shared_ptr<transport::RpcPeer> head_;
+  std::set<std::weak_ptr<transport::RpcPeer>, std::owner_less<>> clients_;
+  std::map<std::string, RunningWorker> workers_;
+  int next_socket_ = 0;
+  bool shutting_down_ = false;
+  int exit_code_ = 0;
+};
+
+}  // namespace
+
+AgentConfig config_from_environment() {
+  AgentConfig c;
+  c.host_name = env::get_or(agent_env::kHostName, "host-0");
+  c.address = env::get_or(agent_env::kAddress, "127.0.0.1");
+  c.num_cpus = std::stod(env::get_or(agent_env::kNumCpus, "1"));
+  for (const auto& g : split(env::get_or(agent_env::kGpuIds, ""), ','))
+    c.gpu_ids.push_back(std::stoi(g));
+  for (const auto& kv : split(env::get_or(agent_env::kLabels, ""), ',')) {
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) c.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  c.head_endpoint = env::get_or(agent_env::kHead, "");
+  c.session_dir = env::get_or(agent_env::kSessionDir, "/tmp/troupe");
+  c.token = token::from_environment();
+  c.log_to_terminal = env::get_or(agent_env::kLogToTerminal, "1") != "0";
+  return c;
+}
+
+int run_agent(const AgentConfig& config) {
+  if (config.token.empty()) {
+    TROUPE_LOG(Error) << "no cluster token (TROUPE_TOKEN or TROUPE_TOKEN_FILE)";
+    return 2;
+  }
+  if (config.head_endpoint.empty()) {
+    TROUPE_LOG(Error) << "no head address (" << agent_env::kHead << ")";
+    return 2;
+  }
+  Agent agent(config);
+  return agent.run();
+}
+
+}  // namespace troupe::agent

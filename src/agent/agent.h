@@ -1,0 +1,55 @@
+// The agent role: one per host. Registers with the head, starts, watches and stops the
+// workers of its host, and reports their deaths.
+//
+// Requests it serves (on its Unix and TCP listeners, after authentication):
+//   start_worker {name, executable, args, wrapper, env, gpus | num_gpus, log_to_terminal,
+//                 start_timeout_ms}          -> {pid, unix, tcp, gpus}
+//   stop_worker  {name, grace_ms}            -> {status}   (after the process is reaped)
+//   list_workers {}                          -> [{name, pid, alive}]
+//   shutdown     {}                          -> nil, then every worker is stopped and it exits
+// Events it sends to every connected client:
+//   worker_exited {name, pid, status, exit_code, signal, stderr_tail}
+//
+// Lifetime: the agent stops all its workers and exits when its connection to the head closes,
+// on SIGTERM/SIGINT/SIGHUP, and on shutdown. Workers die with it (PR_SET_PDEATHSIG).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace troupe::agent {
+
+struct AgentConfig {
+  std::string host_name;  // "host-0"
+  std::string address;    // the address workers bind for TCP, e.g. 127.0.0.2
+  double num_cpus = 1;
+  std::vector<int> gpu_ids;  // declared GPUs, physical indices
+  std::map<std::string, std::string> labels;
+  std::string head_endpoint;  // unix:... or tcp:...
+  std::string session_dir;    // sockets/ and logs/ live here
+  std::string token;
+  bool log_to_terminal = true;
+};
+
+// Reads the configuration that the driver (or `troupe start`) put in the environment.
+AgentConfig config_from_environment();
+
+// Runs the agent until it is told to stop; returns the process exit code.
+int run_agent(const AgentConfig& config);
+
+// Environment variable names for config_from_environment.
+namespace agent_env {
+constexpr const char* kHostName = "TROUPE_AGENT_HOST_NAME";
+constexpr const char* kAddress = "TROUPE_AGENT_ADDRESS";
+constexpr const char* kNumCpus = "TROUPE_AGENT_NUM_CPUS";
+constexpr const char* kGpuIds = "TROUPE_AGENT_GPU_IDS";  // comma-separated
+constexpr const char* kLabels = "TROUPE_AGENT_LABELS";   // k=v,k=v
+constexpr const char* kHead = "TROUPE_HEAD";
+constexpr const char* kSessionDir = "TROUPE_SESSION_DIR";
+constexpr const char* kLogToTerminal = "TROUPE_LOG_TO_DRIVER";  // "0" turns it off
+}  // namespace agent_env
+
+}  // namespace troupe::agent

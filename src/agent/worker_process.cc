@@ -1,0 +1,188 @@
+#include "agent/worker_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <asio/read.hpp>
+
+#include "common/log.h"
+#include "troupe/error.h"
+
+namespace troupe::agent {
+namespace {
+constexpr size_t kTailLines = 20;
+constexpr std::chrono::milliseconds kDrainTimeout{300};
+}  // namespace
+
+WorkerProcess::WorkerProcess(asio::io_context& io, WorkerLaunch launch)
+    : io_(io), launch_(std::move(launch)) {}
+
+WorkerProcess::~WorkerProcess() {
+  if (log_fd_ >= 0) ::close(log_fd_);
+}
+
+void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
+  on_ready_ = std::move(on_ready);
+  on_exit_ = std::move(on_exit);
+  log_fd_ = ::open(launch_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd_ < 0)
+    TROUPE_LOG(Warning) << "cannot open log file " << launch_.log_path << " for " << launch_.name;
+
+  int out[2], err[2], ready[2];
+  process::make_pipe(out);
+  process::make_pipe(err);
+  process::make_pipe(ready);
+  process::SpawnOptions opts;
+  if (launch_.wrapper.empty()) {
+    opts.executable = launch_.executable;
+    opts.args = launch_.args;
+  } else {
+    opts.executable = launch_.wrapper.front();
+    opts.args.assign(launch_.wrapper.begin() + 1, launch_.wrapper.end());
+    opts.args.push_back(launch_.executable);
+    opts.args.insert(opts.args.end(), launch_.args.begin(), launch_.args.end());
+  }
+  opts.env = launch_.env;
+  opts.env.push_back("TROUPE_READY_FD=" + std::to_string(ready[1]));
+  opts.stdout_fd = out[1];
+  opts.stderr_fd = err[1];
+  opts.inherit_fds = {ready[1]};
+  opts.new_process_group = true;
+  opts.parent_death_signal = SIGKILL;
+  try {
+    pid_ = process::spawn(opts);
+  } catch (...) {
+    for (int fd : {out[0], out[1], err[0], err[1], ready[0], ready[1]}) ::close(fd);
+    throw;
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  ::close(ready[1]);
+  out_.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, out[0]);
+  err_.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, err[0]);
+  ready_pipe_ = std::make_unique<asio::posix::stream_descriptor>(io_, ready[0]);
+  read_stream(out_, false);
+  read_stream(err_, true);
+
+  auto self = shared_from_this();
+  std::function<void()> read_ready;
+  auto read_ready_ptr = std::make_shared<std::function<void()>>();
+  *read_ready_ptr = [self, read_ready_ptr] {
+    self->ready_pipe_->async_read_some(
+        asio::buffer(self->ready_chunk_),
+        [self, read_ready_ptr](const asio::error_code& ec, size_t n) {
+          if (!self->on_ready_) return;
+          if (!ec) self->ready_buf_.append(self->ready_chunk_.data(), n);
+          auto nl = self->ready_buf_.find('\n');
+          if (nl != std::string::npos) {
+            auto handler = std::move(self->on_ready_);
+            self->on_ready_ = nullptr;
+            handler(self->ready_buf_.substr(0, nl));
+            asio::error_code ignored;
+            self->ready_pipe_->close(ignored);
+            *read_ready_ptr = nullptr;
+            return;
+          }
+          if (ec) {
+            auto handler = std::move(self->on_ready_);
+            self->on_ready_ = nullptr;
+            handler(std::nullopt);
+            *read_ready_ptr = nullptr;
+            return;
+          }
+          (*read_ready_ptr)();
+        });
+  };
+  (*read_ready_ptr)();
+}
+
+void WorkerProcess::read_stream(Stream& s, bool is_stderr) {
+  s.pipe->async_read_some(asio::buffer(s.buf), [self = shared_from_this(), &s, is_stderr](
+                                                   const asio::error_code& ec, size_t n) {
+    if (ec) {
+      if (!s.partial.empty()) self->emit_line(s.partial, is_stderr);
+      s.partial.clear();
+      s.eof = true;
+      self->maybe_finish();
+      return;
+    }
+    s.partial.append(s.buf.data(), n);
+    size_t start = 0, nl;
+    while ((nl = s.partial.find('\n', start)) != std::string::npos) {
+      self->emit_line(s.partial.substr(start, nl - start), is_stderr);
+      start = nl + 1;
+    }
+    s.partial.erase(0, start);
+    if (s.partial.size() > 64 * 1024) {  // a very long line: flush what we have
+      self->emit_line(s.partial, is_stderr);
+      s.partial.clear();
+    }
+    self->read_stream(s, is_stderr);
+  });
+}
+
+void WorkerProcess::emit_line(const std::string& line, bool is_stderr) {
+  if (log_fd_ >= 0) {
+    std::string l = line + "\n";
+    ssize_t unused = ::write(log_fd_, l.data(), l.size());
+    (void)unused;
+  }
+  if (is_stderr) {
+    tail_.push_back(line);
+    if (tail_.size() > kTailLines) tail_.pop_front();
+  }
+  if (launch_.log_to_terminal) {
+    std::string l = "(" + launch_.name + " pid=" + std::to_string(pid_) + ") " + line + "\n";
+    ssize_t unused = ::write(is_stderr ? STDERR_FILENO : STDOUT_FILENO, l.data(), l.size());
+    (void)unused;
+  }
+}
+
+void WorkerProcess::on_reaped(int wait_status) {
+  exit_status_ = process::decode_wait_status(wait_status);
+  if (kill_timer_) kill_timer_->cancel();
+  // Children of the worker may still hold the pipes open: drain for a short while only.
+  drain_timer_ = std::make_unique<asio::steady_timer>(io_, kDrainTimeout);
+  drain_timer_->async_wait([self = shared_from_this()](const asio::error_code& ec) {
+    if (ec) return;
+    self->out_.eof = self->err_.eof = true;
+    asio::error_code ignored;
+    self->out_.pipe->close(ignored);
+    self->err_.pipe->close(ignored);
+    self->maybe_finish();
+  });
+  maybe_finish();
+}
+
+void WorkerProcess::maybe_finish() {
+  if (finished_ || !exit_status_ || !out_.eof || !err_.eof) return;
+  finished_ = true;
+  if (drain_timer_) drain_timer_->cancel();
+  if (on_ready_) {
+    auto handler = std::move(on_ready_);
+    on_ready_ = nullptr;
+    handler(std::nullopt);
+  }
+  if (on_exit_) {
+    auto handler = std::move(on_exit_);
+    on_exit_ = nullptr;
+    handler(*exit_status_);
+  }
+}
+
+void WorkerProcess::stop(std::chrono::milliseconds grace) {
+  if (exit_status_ || pid_ <= 0) return;
+  process::kill_group(pid_, SIGTERM);
+  kill_timer_ = std::make_unique<asio::steady_timer>(io_, grace);
+  kill_timer_->async_wait([self = shared_from_this()](const asio::error_code& ec) {
+    if (!ec) self->kill_now();
+  });
+}
+
+void WorkerProcess::kill_now() {
+  if (pid_ <= 0) return;
+  process::kill_group(pid_, SIGKILL);
+}
+
+}  // namespace troupe::agent

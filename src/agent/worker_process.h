@@ -1,0 +1,88 @@
+// One worker process as its agent sees it: the child, its output pipes and its log file.
+//
+// I/O thread of the agent only. Output lines go to the worker's log file and, when asked, to
+// the agent's own stdout/stderr prefixed with "(NAME pid=PID) " (in an embedded cluster those
+// are the driver's terminal). The last lines of stderr are kept for death reports.
+#pragma once
+
+#include <sys/types.h>
+
+#include <asio/io_context.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/steady_timer.hpp>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/process.h"
+
+namespace troupe::agent {
+
+struct WorkerLaunch {
+  std::string name;
+  std::string executable;
+  std::vector<std::string> args;
+  std::vector<std::string> wrapper;  // command prefix, e.g. {"nsys", "profile", "--"}
+  std::vector<std::string> env;      // whole environment, "KEY=VALUE"
+  std::string log_path;
+  bool log_to_terminal = true;
+};
+
+class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
+ public:
+  // Called once with the first line the worker writes to its ready pipe ("ready ..."), or with
+  // nullopt when the pipe closes without one.
+  using ReadyHandler = std::function<void(std::optional<std::string> line)>;
+  // Called once after the process was reaped and its output drained.
+  using ExitHandler = std::function<void(const process::ExitStatus& status)>;
+
+  WorkerProcess(asio::io_context& io, WorkerLaunch launch);
+  ~WorkerProcess();
+
+  // Spawns the process (own process group, parent-death signal SIGKILL). Throws Error, e.g.
+  // kExecutableNotFound.
+  void start(ReadyHandler on_ready, ExitHandler on_exit);
+  // Records the wait status from the agent's reaper; finishes once output is drained.
+  void on_reaped(int wait_status);
+  // SIGTERM to the process group, then SIGKILL after `grace` if it is still there.
+  void stop(std::chrono::milliseconds grace);
+  void kill_now();
+
+  pid_t pid() const { return pid_; }
+  bool exited() const { return exit_status_.has_value(); }
+  const WorkerLaunch& launch() const { return launch_; }
+  // The last lines of stderr, oldest first.
+  std::vector<std::string> stderr_tail() const { return {tail_.begin(), tail_.end()}; }
+
+ private:
+  struct Stream {
+    std::unique_ptr<asio::posix::stream_descriptor> pipe;
+    std::string partial;
+    std::array<char, 4096> buf;
+    bool eof = false;
+  };
+  void read_stream(Stream& s, bool is_stderr);
+  void emit_line(const std::string& line, bool is_stderr);
+  void maybe_finish();
+
+  asio::io_context& io_;
+  WorkerLaunch launch_;
+  pid_t pid_ = -1;
+  int log_fd_ = -1;
+  Stream out_, err_;
+  std::unique_ptr<asio::posix::stream_descriptor> ready_pipe_;
+  std::string ready_buf_;
+  std::array<char, 256> ready_chunk_;
+  ReadyHandler on_ready_;
+  ExitHandler on_exit_;
+  std::optional<process::ExitStatus> exit_status_;
+  std::unique_ptr<asio::steady_timer> drain_timer_;
+  std::unique_ptr<asio::steady_timer> kill_timer_;
+  std::deque<std::string> tail_;
+  bool finished_ = false;
+};
+
+}  // namespace troupe::agent

@@ -1,0 +1,54 @@
+#include "common/env.h"
+
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+extern char** environ;
+
+namespace troupe::env {
+
+std::optional<std::string> get(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+std::string get_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : fallback;
+}
+
+std::map<std::string, std::string> current() {
+  std::map<std::string, std::string> out;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    out[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return out;
+}
+
+std::vector<std::string> to_strings(const std::map<std::string, std::string>& vars) {
+  std::vector<std::string> out;
+  out.reserve(vars.size());
+  for (const auto& [k, v] : vars) out.push_back(k + "=" + v);
+  return out;
+}
+
+bool is_launcher_variable(const std::string& name) {
+  for (const char* prefix : {"SLURM_", "PMI_", "PMIX_", "OMPI_", "MPI_"})
+    if (name.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+std::string self_executable() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return {};
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace troupe::env

@@ -1,0 +1,23 @@
+// Environment helpers: reading variables and building child environments.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace troupe::env {
+
+std::optional<std::string> get(const char* name);
+std::string get_or(const char* name, const std::string& fallback);
+// This process's environment as a map.
+std::map<std::string, std::string> current();
+// "KEY=VALUE" strings for execve, in key order.
+std::vector<std::string> to_strings(const std::map<std::string, std::string>& vars);
+// True for variables of launchers that must not leak into workers (SLURM_*, PMI_*, PMIX_*,
+// OMPI_*, MPI_*).
+bool is_launcher_variable(const std::string& name);
+// The absolute path of the running executable (/proc/self/exe).
+std::string self_executable();
+
+}  // namespace troupe::env

@@ -1,0 +1,112 @@
+#include "common/process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "troupe/error.h"
+
+namespace troupe::process {
+
+void make_pipe(int fds[2]) {
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw Error(ErrorCode::kInternal, std::string("pipe2: ") + std::strerror(errno));
+}
+
+pid_t spawn(const SpawnOptions& options) {
+  std::vector<const char*> argv;
+  argv.push_back(options.executable.c_str());
+  for (const auto& a : options.args) argv.push_back(a.c_str());
+  argv.push_back(nullptr);
+  std::vector<const char*> envp;
+  for (const auto& e : options.env) envp.push_back(e.c_str());
+  envp.push_back(nullptr);
+
+  int err_pipe[2];
+  make_pipe(err_pipe);
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    ::close(err_pipe[0]);
+    ::close(err_pipe[1]);
+    throw Error(ErrorCode::kInternal, std::string("fork: ") + std::strerror(e));
+  }
+  if (pid == 0) {
+    // Child: async-signal-safe calls only.
+    auto fail = [&](int step) {
+      int payload[2] = {step, errno};
+      ssize_t unused = ::write(err_pipe[1], payload, sizeof(payload));
+      (void)unused;
+      ::_exit(127);
+    };
+    if (options.new_process_group && ::setpgid(0, 0) != 0) fail(1);
+    if (options.parent_death_signal != 0) {
+      if (::prctl(PR_SET_PDEATHSIG, options.parent_death_signal) != 0) fail(2);
+      if (::getppid() != parent) ::_exit(128 + options.parent_death_signal);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+    int in = options.stdin_fd;
+    if (in < 0) in = ::open("/dev/null", O_RDONLY);
+    if (in < 0 || ::dup2(in, 0) < 0) fail(3);
+    if (options.stdout_fd >= 0 && ::dup2(options.stdout_fd, 1) < 0) fail(4);
+    if (options.stderr_fd >= 0 && ::dup2(options.stderr_fd, 2) < 0) fail(5);
+    for (int fd : options.inherit_fds)
+      if (::fcntl(fd, F_SETFD, 0) != 0) fail(6);
+    if (!options.working_dir.empty() && ::chdir(options.working_dir.c_str()) != 0) fail(7);
+    ::execvpe(argv[0], const_cast<char* const*>(argv.data()),
+              const_cast<char* const*>(envp.data()));
+    fail(8);
+  }
+  ::close(err_pipe[1]);
+  int payload[2] = {0, 0};
+  ssize_t n;
+  do {
+    n = ::read(err_pipe[0], payload, sizeof(payload));
+  } while (n < 0 && errno == EINTR);
+  ::close(err_pipe[0]);
+  if (n > 0) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    static const char* kSteps[] = {"",       "setpgid", "prctl", "stdin", "stdout",
+                                   "stderr", "fcntl",   "chdir", "exec"};
+    int step = payload[0] >= 1 && payload[0] <= 8 ? payload[0] : 8;
+    ErrorCode code = step == 8 ? ErrorCode::kExecutableNotFound : ErrorCode::kInternal;
+    throw Error(code, std::string("cannot start '") + options.executable + "': " + kSteps[step] +
+                          " failed: " + std::strerror(payload[1]));
+  }
+  return pid;
+}
+
+std::string ExitStatus::describe() const {
+  if (exited) return "exit code " + std::to_string(code);
+  const char* name = ::strsignal(signal);
+  return "signal " + std::to_string(signal) + " (" + (name ? name : "?") + ")";
+}
+
+ExitStatus decode_wait_status(int status) {
+  ExitStatus s;
+  if (WIFEXITED(status)) {
+    s.exited = true;
+    s.code = WEXITSTATUS(status);
+  } else if (WIFSIGNALED(status)) {
+    s.signal = WTERMSIG(status);
+  }
+  return s;
+}
+
+void kill_group(pid_t pgid, int sig) {
+  if (pgid > 0) ::kill(-pgid, sig);
+}
+
+bool alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+
+}  // namespace troupe::process

@@ -1,0 +1,44 @@
+// Starting and stopping child processes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace troupe::process {
+
+struct SpawnOptions {
+  std::string executable;         // absolute path, or a name searched in PATH
+  std::vector<std::string> args;  // argv[1..]; argv[0] is the executable
+  std::vector<std::string> env;   // the child's whole environment, "KEY=VALUE"
+  std::string working_dir;        // empty: inherit
+  int stdin_fd = -1;              // -1: /dev/null
+  int stdout_fd = -1;             // -1: inherit
+  int stderr_fd = -1;             // -1: inherit
+  std::vector<int> inherit_fds;   // extra descriptors kept open (same numbers) in the child
+  bool new_process_group = true;  // setpgid(0, 0): the child leads its own group
+  int parent_death_signal = 0;    // PR_SET_PDEATHSIG; 0: none. Tied to the calling thread.
+};
+
+// Forks and executes. Blocks until the exec succeeded or failed. Returns the pid. Throws
+// Error(kExecutableNotFound) naming the executable and errno when it cannot be executed.
+// Async-signal-safe in the child between fork and exec.
+pid_t spawn(const SpawnOptions& options);
+
+struct ExitStatus {
+  bool exited = false;  // normal exit with `code`
+  int code = 0;
+  int signal = 0;                // killed by this signal
+  std::string describe() const;  // "exit code 3" or "signal 9 (Killed)"
+};
+ExitStatus decode_wait_status(int status);
+
+// Sends `sig` to the process group `pgid`; ignores a group that is already gone.
+void kill_group(pid_t pgid, int sig);
+// True while `pid` exists (as a process or zombie).
+bool alive(pid_t pid);
+// Creates a pipe whose both ends are close-on-exec. Throws on failure.
+void make_pipe(int fds[2]);
+
+}  // namespace troupe::process

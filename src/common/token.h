@@ -1,0 +1,26 @@
+// The cluster token and the primitives of the authentication handshake.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace troupe::token {
+
+// A fresh random token: 64 hex characters (256 bits from getrandom).
+std::string generate();
+// `n` random bytes.
+std::string random_bytes(size_t n);
+// Writes `token` to `path`, created with mode 0600 (fails if the file exists). Throws Error.
+void write_file(const std::string& path, const std::string& token);
+// Reads a token file; refuses a file readable by group or others. Throws Error.
+std::string read_file(const std::string& path);
+// The token this process was given: TROUPE_TOKEN, else the file named by TROUPE_TOKEN_FILE.
+// Empty when neither is set.
+std::string from_environment();
+// HMAC-SHA256 of `message` under `key` (32 raw bytes).
+std::string hmac_sha256(std::string_view key, std::string_view message);
+// Compares in time independent of the contents.
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+}  // namespace troupe::token

@@ -1,0 +1,374 @@
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <thread>
+
+#include "agent/agent.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "common/process.h"
+#include "common/token.h"
+#include "controller/cluster_impl.h"
+#include "troupe/worker_class.h"
+#include "worker/worker_env.h"
+
+namespace troupe {
+namespace internal {
+namespace {
+
+constexpr std::chrono::milliseconds kConnectTimeout{10000};
+constexpr std::chrono::milliseconds kStopGrace{3000};
+
+std::string default_session_dir() {
+  std::string base = env::get_or("TMPDIR", "/tmp");
+  base += "/troupe-" + std::to_string(::getuid());
+  ::mkdir(base.c_str(), 0700);
+  char stamp[32];
+  std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
+  static int counter = 0;
+  return base + "/session-" + stamp + "-" + std::to_string(::getpid()) + "-" +
+         std::to_string(counter++);
+}
+
+std::string join_ints(const std::vector<int>& v) {
+  std::string out;
+  for (int i : v) out += (out.empty() ? "" : ",") + std::to_string(i);
+  return out;
+}
+
+}  // namespace
+
+ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) {
+  if (env::get(worker_env::kRole))
+    throw Error(ErrorCode::kInternal,
+                "this process was started by troupe as a " + *env::get(worker_env::kRole) +
+                    ", but main() did not call troupe::init(argc, argv) first");
+  if (options_.hosts.empty())
+    throw Error(ErrorCode::kInvalidArgument, "a cluster needs at least one host");
+  make_session_dir();
+  token_ = env::get_or("TROUPE_TOKEN", "");
+  if (token_.empty()) {
+    token_ = token::generate();
+    token::write_file(session_dir_ + "/token", token_);
+  }
+  loop_ = std::make_unique<transport::IoLoop>();
+  try {
+    head_ = std::make_unique<head::Head>(loop_->context(), "unix:" + session_dir_ + "/head.sock",
+                                         token_);
+    start_agents();
+    connect_agents();
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+}
+
+ClusterImpl::~ClusterImpl() { shutdown(); }
+
+void ClusterImpl::make_session_dir() {
+  session_dir_ = options_.session_dir.empty() ? default_session_dir() : options_.session_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(session_dir_ + "/logs", ec);
+  std::filesystem::create_directories(session_dir_ + "/sockets", ec);
+  if (ec)
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot create session directory " + session_dir_ + ": " + ec.message());
+  ::chmod(session_dir_.c_str(), 0700);
+}
+
+void ClusterImpl::start_agents() {
+  const double cores = static_cast<double>(std::thread::hardware_concurrency());
+  std::string self = env::self_executable();
+  for (size_t i = 0; i < options_.hosts.size(); ++i) {
+    HostSpec& spec = options_.hosts[i];
+    if (spec.name.empty()) spec.name = "host-" + std::to_string(i);
+    if (spec.address.empty()) spec.address = "127.0.0." + std::to_string(i + 2);
+    if (spec.num_cpus <= 0) spec.num_cpus = cores;
+    std::vector<int> gpu_ids;
+    for (int g = 0; g < spec.num_gpus; ++g) gpu_ids.push_back(g);
+    auto vars = env::current();
+    vars[worker_env::kRole] = "agent";
+    vars[agent::agent_env::kHostName] = spec.name;
+    vars[agent::agent_env::kAddress] = spec.address;
+    vars[agent::agent_env::kNumCpus] = std::to_string(spec.num_cpus);
+    vars[agent::agent_env::kGpuIds] = join_ints(gpu_ids);
+    std::string labels;
+    for (const auto& [k, v] : spec.labels) labels += (labels.empty() ? "" : ",") + k + "=" + v;
+    vars[agent::agent_env::kLabels] = labels;
+    vars[agent::agent_env::kHead] = head_->endpoint();
+    vars[agent::agent_env::kSessionDir] = session_dir_;
+    vars[agent::agent_env::kLogToTerminal] = options_.log_to_driver ? "1" : "0";
+    vars.erase("TROUPE_TOKEN");
+    if (env::get("TROUPE_TOKEN"))
+      vars["TROUPE_TOKEN"] = token_;  // the user chose to pass it this way
+    else
+      vars["TROUPE_TOKEN_FILE"] = session_dir_ + "/token";
+    process::SpawnOptions opts;
+    opts.executable = self;
+    opts.env = env::to_strings(vars);
+    opts.new_process_group = true;
+    opts.parent_death_signal = SIGTERM;
+    pid_t pid = 0;
+    loop_->run_sync([&] { pid = process::spawn(opts); });
+    agents_.push_back(AgentProcess{spec.name, pid, nullptr});
+  }
+  auto deadline = Clock::now() + options_.start_timeout;
+  head_->wait_for_hosts(agents_.size(), deadline, [this]() -> std::string {
+    for (const auto& a : agents_) {
+      int status = 0;
+      if (::waitpid(a.pid, &status, WNOHANG) == a.pid) {
+        auto s = process::decode_wait_status(status);
+        return "the agent of " + a.host_name + " (pid " + std::to_string(a.pid) +
+               ") exited during start-up: " + s.describe() + " (see its messages above)";
+      }
+    }
+    return {};
+  });
+  auto records = head_->hosts();
+  host_records_.resize(agents_.size());
+  for (const auto& r : records)
+    for (size_t i = 0; i < agents_.size(); ++i)
+      if (options_.hosts[i].name == r.host_name) host_records_[i] = r;
+}
+
+void ClusterImpl::connect_agents() {
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    std::promise<std::shared_ptr<transport::RpcPeer>> done;
+    auto fut = done.get_future();
+    transport::async_connect(
+        loop_->context(), host_records_[i].unix_endpoint, token_, kConnectTimeout,
+        [this, i, &done](std::shared_ptr<transport::Connection> c, const Error* error) {
+          if (error) {
+            done.set_exception(std::make_exception_ptr(*error));
+            return;
+          }
+          transport::RpcPeer::Handlers h;
+          h.on_event = [this, i](wire::Event&& e) { on_agent_event(i, std::move(e)); };
+          h.on_close = [this, i](const Error& reason) {
+            std::vector<std::shared_ptr<WorkerState>> lost;
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              if (shut_down_) return;
+              for (const auto& [name, w] : workers_)
+                if (w->host() == i) lost.push_back(w);
+            }
+            for (const auto& w : lost)
+              w->mark_dead(w->death_error("its agent on " + agents_[i].host_name + " is gone (" +
+                                          reason.message() + ")"));
+          };
+          done.set_value(transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h)));
+        });
+    agents_[i].peer = fut.get();
+  }
+}
+
+void ClusterImpl::on_agent_event(size_t host, wire::Event&& event) {
+  if (event.name != "worker_exited") return;
+  const Value* name = event.value.find("name");
+  const Value* status = event.value.find("status");
+  const Value* tail = event.value.find("stderr_tail");
+  if (!name || !name->is_string()) return;
+  std::shared_ptr<WorkerState> w;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = workers_.find(name->as_string());
+    if (it == workers_.end() || it->second->host() != host) return;
+    w = it->second;
+  }
+  std::vector<std::string> lines;
+  if (tail && tail->is_array())
+    for (const auto& l : tail->as_array())
+      if (l.is_string()) lines.push_back(l.as_string());
+  w->on_exit_report(status && status->is_string() ? status->as_string() : "exited", lines);
+}
+
+Worker ClusterImpl::start_worker(WorkerOptions options) {
+  if (options.host >= agents_.size())
+    throw Error(ErrorCode::kInvalidArgument, "host index " + std::to_string(options.host) +
+                                                 " is out of range: the cluster has " +
+                                                 std::to_string(agents_.size()) + " hosts");
+  bool mapped = options_.executables.count(options.class_name) > 0;
+  if (!mapped && !detail::find_class(options.class_name)) {
+    std::string known;
+    for (const auto& n : detail::registered_class_names()) known += (known.empty() ? "" : ", ") + n;
+    throw Error(ErrorCode::kUnknownClass,
+                "cannot start worker '" +
+                    (options.name.empty() ? options.class_name : options.name) + "': class '" +
+                    options.class_name + "' is not registered in this binary (registered: " +
+                    (known.empty() ? "none" : known) + ") and has no executable in ClusterOptions");
+  }
+  std::shared_ptr<WorkerState> worker;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) throw Error(ErrorCode::kShutdown, "the cluster is shut down");
+    if (options.name.empty())
+      options.name =
+          options.class_name + "-" + std::to_string(name_counters_[options.class_name]++);
+    if (auto it = workers_.find(options.name); it != workers_.end() && it->second->alive())
+      throw Error(ErrorCode::kInvalidArgument, "a worker named '" + options.name + "' exists");
+    worker = std::make_shared<WorkerState>(options.name, options.class_name, options.host,
+                                           agents_[options.host].host_name);
+    worker->agent = agents_[options.host].peer;
+    workers_[options.name] = worker;
+  }
+  launch(worker, options);
+  return Worker(worker);
+}
+
+void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options) {
+  std::map<std::string, std::string> vars = options.env;
+  Map request{{"name", options.name},
+              {"gpus", to_value(options.gpus)},
+              {"num_gpus", options.num_gpus},
+              {"wrapper", to_value(options.launch_wrapper)},
+              {"log_to_terminal", options.log_to_driver},
+              {"start_timeout_ms", static_cast<int64_t>(options.start_timeout.count())}};
+  if (auto it = options_.executables.find(options.class_name); it != options_.executables.end()) {
+    request.emplace_back("executable", it->second.path);
+    request.emplace_back("args", to_value(it->second.args));
+    for (const auto& [k, v] : it->second.env) vars.emplace(k, v);
+  }
+  request.emplace_back("env", to_value(vars));
+  std::string log_path = session_dir_ + "/logs/" + options.name + ".log";
+  auto agent = agents_[options.host].peer;
+  Kwargs ctor_args = options.args;
+  std::string token = token_;
+  asio::io_context& io = loop_->context();
+  agent->call("start_worker", request, "start of worker '" + options.name + "'")
+      .then([worker, ctor_args, token, log_path, &io](const Future<Value>& f) {
+        if (auto e = f.error()) {
+          worker->mark_dead(
+              Error(e->code(), "cannot start " + worker->describe() + ": " + e->message()));
+          return;
+        }
+        const Value& v = f.state()->value_or_throw();
+        const Value* pid = v.find("pid");
+        const Value* unix_ep = v.find("unix");
+        const Value* gpus = v.find("gpus");
+        worker->on_started(pid && pid->is_int() ? static_cast<pid_t>(pid->as_int()) : 0,
+                           gpus ? gpus->as<std::vector<int>>() : std::vector<int>{}, log_path);
+        std::string endpoint = unix_ep && unix_ep->is_string() ? unix_ep->as_string() : "";
+        transport::async_connect(
+            io, endpoint, token, kConnectTimeout,
+            [worker, ctor_args](std::shared_ptr<transport::Connection> c, const Error* error) {
+              if (error) {
+                worker->mark_dead(worker->death_error("cannot connect: " + error->message()));
+                return;
+              }
+              transport::RpcPeer::Handlers h;
+              std::weak_ptr<WorkerState> weak = worker;
+              h.on_close = [weak](const Error& reason) {
+                if (auto w = weak.lock()) w->mark_dead(w->death_error(reason.message()));
+              };
+              worker->on_connected(transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h)),
+                                   ctor_args);
+            });
+      });
+}
+
+void ClusterImpl::stop_worker(const std::shared_ptr<WorkerState>& worker,
+                              std::chrono::milliseconds grace) {
+  auto agent = worker->agent.lock();
+  if (agent) {
+    auto f = agent->call("stop_worker", Map{{"name", worker->name()},
+                                            {"grace_ms", static_cast<int64_t>(grace.count())}});
+    f.wait_for(grace + std::chrono::seconds(5));
+  }
+  worker->mark_dead(Error(ErrorCode::kWorkerDied, worker->describe() + " was stopped"));
+}
+
+std::vector<HostInfo> ClusterImpl::hosts() const {
+  std::vector<HostInfo> out;
+  for (size_t i = 0; i < host_records_.size(); ++i) {
+    const auto& r = host_records_[i];
+    HostInfo h;
+    h.index = i;
+    h.name = r.host_name;
+    h.address = r.address;
+    h.num_cpus = r.num_cpus;
+    h.gpu_ids = r.gpu_ids;
+    h.labels = r.labels;
+    h.agent_pid = agents_[i].pid;
+    h.alive = agents_[i].peer && !agents_[i].peer->closed();
+    out.push_back(h);
+  }
+  return out;
+}
+
+void ClusterImpl::wait_agents_exit(std::chrono::milliseconds timeout) {
+  auto deadline = Clock::now() + timeout;
+  for (auto& a : agents_) {
+    if (a.pid <= 0) continue;
+    for (;;) {
+      int status = 0;
+      pid_t r = ::waitpid(a.pid, &status, WNOHANG);
+      if (r == a.pid || r < 0) break;
+      if (Clock::now() >= deadline) {
+        TROUPE_LOG(Warning) << "agent of " << a.host_name << " did not exit in time; killing it";
+        ::kill(a.pid, SIGKILL);
+        ::waitpid(a.pid, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    a.pid = 0;
+  }
+}
+
+void ClusterImpl::shutdown() {
+  std::lock_guard<std::mutex> serial(shutdown_mu_);
+  std::map<std::string, std::shared_ptr<WorkerState>> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    workers = workers_;
+  }
+  if (!loop_) return;
+  // Ask every agent to stop its workers (SIGTERM, then SIGKILL) and exit.
+  std::vector<Future<Value>> stops;
+  for (auto& a : agents_)
+    if (a.peer) stops.push_back(a.peer->call("shutdown", {}));
+  wait_all(stops, kStopGrace + std::chrono::seconds(2));
+  for (auto& [name, w] : workers)
+    w->mark_dead(Error(ErrorCode::kShutdown, w->describe() + " was shut down with the cluster"));
+  if (head_) head_->close();  // agents that did not answer see the head go and stop as well
+  wait_agents_exit(kStopGrace + std::chrono::seconds(3));
+  for (auto& a : agents_)
+    if (a.peer) a.peer->close(Error(ErrorCode::kShutdown, "cluster shut down"));
+  loop_->stop();
+  head_.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(session_dir_ + "/sockets", ec);
+  std::filesystem::remove(session_dir_ + "/head.sock", ec);
+}
+
+}  // namespace internal
+
+ClusterOptions ClusterOptions::local(size_t num_hosts, int gpus_per_host, double cpus_per_host) {
+  ClusterOptions o;
+  o.hosts.assign(num_hosts, HostSpec{});
+  for (auto& h : o.hosts) {
+    h.num_gpus = gpus_per_host;
+    h.num_cpus = cpus_per_host;
+  }
+  return o;
+}
+
+Cluster::Cluster(ClusterOptions options)
+    : impl_(std::make_unique<internal::ClusterImpl>(std::move(options))) {}
+Cluster::~Cluster() { impl_->shutdown(); }
+Worker Cluster::start_worker(WorkerOptions options) {
+  return impl_->start_worker(std::move(options));
+}
+std::vector<HostInfo> Cluster::hosts() const { return impl_->hosts(); }
+const std::string& Cluster::session_dir() const { return impl_->session_dir(); }
+void Cluster::shutdown() { impl_->shutdown(); }
+
+}  // namespace troupe

@@ -1,0 +1,68 @@
+// The driver side of a Cluster: the embedded head, the agent processes and the workers.
+//
+// Threads: public functions are thread-safe. Network callbacks run on the I/O thread of
+// `loop_`; agent processes are spawned from that thread too, so their parent-death signal is
+// tied to a thread that lives as long as the cluster.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "controller/worker_state.h"
+#include "head/head.h"
+#include "transport/io_loop.h"
+#include "transport/rpc_peer.h"
+#include "troupe/cluster.h"
+
+namespace troupe::internal {
+
+class ClusterImpl {
+ public:
+  explicit ClusterImpl(ClusterOptions options);
+  ~ClusterImpl();
+
+  Worker start_worker(WorkerOptions options);
+  std::vector<HostInfo> hosts() const;
+  const std::string& session_dir() const { return session_dir_; }
+  const std::string& token() const { return token_; }
+  transport::IoLoop& loop() { return *loop_; }
+  void shutdown();
+  // Stops one worker through its agent and waits until it is gone.
+  static void stop_worker(const std::shared_ptr<WorkerState>& worker,
+                          std::chrono::milliseconds grace);
+
+ private:
+  struct AgentProcess {
+    std::string host_name;
+    pid_t pid = 0;
+    std::shared_ptr<transport::RpcPeer> peer;  // the driver's control connection
+  };
+
+  void make_session_dir();
+  void start_agents();
+  void connect_agents();
+  void on_agent_event(size_t host, wire::Event&& event);
+  void launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options);
+  void wait_agents_exit(std::chrono::milliseconds timeout);
+
+  ClusterOptions options_;
+  std::string session_dir_;
+  std::string token_;
+  std::unique_ptr<transport::IoLoop> loop_;
+  std::unique_ptr<head::Head> head_;
+  std::vector<AgentProcess> agents_;
+  std::vector<head::HostRecord> host_records_;  // by host index
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<WorkerState>> workers_;
+  std::map<std::string, size_t> name_counters_;
+  bool shut_down_ = false;
+  std::mutex shutdown_mu_;
+};
+
+}  // namespace troupe::internal

@@ -1,0 +1,167 @@
+#include "controller/cluster_impl.h"
+#include "controller/worker_state.h"
+
+namespace troupe {
+namespace internal {
+
+WorkerState::WorkerState(std::string name, std::string class_name, size_t host,
+                         std::string host_name)
+    : name_(std::move(name)),
+      class_name_(std::move(class_name)),
+      host_(host),
+      host_name_(std::move(host_name)),
+      ready_(std::make_shared<detail::FutureState>("start of worker '" + name_ + "'")) {}
+
+pid_t WorkerState::pid() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pid_;
+}
+
+std::vector<int> WorkerState::gpus() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gpus_;
+}
+
+bool WorkerState::alive() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_ != Status::kDead;
+}
+
+std::string WorkerState::log_path() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return log_path_;
+}
+
+std::shared_ptr<transport::RpcPeer> WorkerState::peer() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peer_;
+}
+
+std::string WorkerState::describe_locked() const {
+  std::string s = "worker '" + name_ + "' (class " + class_name_ + ", host " + host_name_;
+  if (pid_) s += ", pid " + std::to_string(pid_);
+  return s + ")";
+}
+
+std::string WorkerState::describe() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return describe_locked();
+}
+
+Error WorkerState::death_error(const std::string& cause) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (death_) return *death_;
+  return Error(ErrorCode::kWorkerDied, describe_locked() + " died: " + cause);
+}
+
+Future<Value> WorkerState::call(const std::string& method, const Kwargs& kwargs) {
+  std::shared_ptr<transport::RpcPeer> peer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_ == Status::kDead) return make_failed_future(*death_);
+    if (status_ == Status::kStarting) {
+      auto state =
+          std::make_shared<detail::FutureState>("method '" + method + "' of " + describe_locked());
+      queued_.push_back({method, kwargs, state});
+      return Future<Value>(state);
+    }
+    peer = peer_;
+  }
+  return peer->call(method, kwargs, "method '" + method + "' of worker '" + name_ + "'");
+}
+
+void WorkerState::on_started(pid_t pid, std::vector<int> gpus, std::string log_path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  pid_ = pid;
+  gpus_ = std::move(gpus);
+  log_path_ = std::move(log_path);
+}
+
+void WorkerState::on_connected(std::shared_ptr<transport::RpcPeer> peer, const Kwargs& ctor_args) {
+  std::weak_ptr<WorkerState> weak = weak_from_this();
+  peer->set_failure_hook([weak](const Error& reason) {
+    auto self = weak.lock();
+    return self ? self->death_error(reason.message())
+                : Error(ErrorCode::kWorkerDied, reason.message());
+  });
+  std::vector<QueuedCall> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_ == Status::kDead) {
+      peer->close(*death_);
+      return;
+    }
+    peer_ = peer;
+    auto init = peer->call("__init__", Map{{"class", class_name_}, {"args", Value(ctor_args)}},
+                           "start of " + describe_locked());
+    init.then([ready = ready_](const Future<Value>& f) {
+      if (auto e = f.error())
+        ready->set_error(*e);
+      else
+        ready->set_value(Value());
+    });
+    for (auto& q : queued_) {
+      auto f = peer->call(q.method, q.kwargs, q.state->context());
+      f.then([state = q.state](const Future<Value>& done) {
+        if (auto e = done.error())
+          state->set_error(*e);
+        else
+          state->set_value(done.state()->value_or_throw());
+      });
+    }
+    queued_.clear();
+    status_ = Status::kReady;
+  }
+}
+
+void WorkerState::mark_dead(const Error& error) {
+  std::vector<QueuedCall> queued;
+  std::shared_ptr<transport::RpcPeer> peer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_ == Status::kDead) return;
+    status_ = Status::kDead;
+    death_ = error;
+    queued.swap(queued_);
+    peer = peer_;
+  }
+  ready_->set_error(error);
+  for (auto& q : queued) q.state->set_error(error);
+  if (peer) peer->close(error);
+}
+
+void WorkerState::on_exit_report(const std::string& status,
+                                 const std::vector<std::string>& stderr_tail) {
+  std::string tail;
+  for (const auto& l : stderr_tail) tail += "\n  " + l;
+  Error error(ErrorCode::kWorkerDied, "");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    exit_status_ = status;
+    error = Error(ErrorCode::kWorkerDied,
+                  describe_locked() + " died: " + status +
+                      (tail.empty() ? "" : "; last lines of its stderr:" + tail));
+  }
+  mark_dead(error);
+}
+
+}  // namespace internal
+
+const std::string& Worker::name() const { return state_->name(); }
+const std::string& Worker::class_name() const { return state_->class_name(); }
+size_t Worker::host() const { return state_->host(); }
+pid_t Worker::pid() const { return state_->pid(); }
+std::vector<int> Worker::gpus() const { return state_->gpus(); }
+std::string Worker::log_path() const { return state_->log_path(); }
+Future<void> Worker::ready() const { return state_->ready(); }
+bool Worker::alive() const { return state_->alive(); }
+
+Future<Value> Worker::call_value(const std::string& method, const Kwargs& kwargs) const {
+  return state_->call(method, kwargs);
+}
+
+void Worker::stop(std::chrono::milliseconds grace) const {
+  internal::ClusterImpl::stop_worker(state_, grace);
+}
+
+}  // namespace troupe

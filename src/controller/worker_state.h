@@ -1,0 +1,79 @@
+// The driver's view of one worker: its lifecycle, its connection and the calls waiting for it.
+//
+//   starting --(agent started it, connected, __init__ sent)--> ready
+//   starting/ready --(process or connection gone, stop)--> dead
+//
+// Thread-safe. Calls made while starting are queued and sent, in order, right after __init__;
+// once dead, every pending and later call fails with the recorded death error.
+#pragma once
+
+#include <sys/types.h>
+
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transport/rpc_peer.h"
+#include "troupe/cluster.h"
+
+namespace troupe::internal {
+
+class WorkerState : public std::enable_shared_from_this<WorkerState> {
+ public:
+  WorkerState(std::string name, std::string class_name, size_t host, std::string host_name);
+
+  const std::string& name() const { return name_; }
+  const std::string& class_name() const { return class_name_; }
+  size_t host() const { return host_; }
+  const std::string& host_name() const { return host_name_; }
+  pid_t pid() const;
+  std::vector<int> gpus() const;
+  bool alive() const;
+  Future<void> ready() const { return Future<void>(ready_); }
+  std::string log_path() const;
+
+  // Sends the call now, queues it while starting, or fails it when dead.
+  Future<Value> call(const std::string& method, const Kwargs& kwargs);
+
+  // The agent started the process (I/O thread).
+  void on_started(pid_t pid, std::vector<int> gpus, std::string log_path);
+  // Connected and authenticated: sends __init__ then the queued calls (I/O thread).
+  void on_connected(std::shared_ptr<transport::RpcPeer> peer, const Kwargs& ctor_args);
+  // The worker is gone; `error` is what pending and later calls fail with. First one wins.
+  void mark_dead(const Error& error);
+  // The agent reported the exit: adds the status and stderr tail to the death error.
+  void on_exit_report(const std::string& status, const std::vector<std::string>& stderr_tail);
+  // A description for errors: "worker 'w-0' (class Adder, host host-1, pid 123)".
+  std::string describe() const;
+  // The error a lost connection turns into.
+  Error death_error(const std::string& cause) const;
+
+  std::shared_ptr<transport::RpcPeer> peer() const;
+  // The control connection to the worker's agent; set once at creation.
+  std::weak_ptr<transport::RpcPeer> agent;
+
+ private:
+  struct QueuedCall {
+    std::string method;
+    Kwargs kwargs;
+    std::shared_ptr<detail::FutureState> state;
+  };
+  std::string describe_locked() const;
+
+  const std::string name_, class_name_;
+  const size_t host_;
+  const std::string host_name_;
+  mutable std::mutex mu_;
+  enum class Status { kStarting, kReady, kDead } status_ = Status::kStarting;
+  pid_t pid_ = 0;
+  std::vector<int> gpus_;
+  std::string log_path_;
+  std::shared_ptr<transport::RpcPeer> peer_;
+  std::vector<QueuedCall> queued_;
+  std::optional<Error> death_;
+  std::string exit_status_;
+  std::shared_ptr<detail::FutureState> ready_;
+};
+
+}  // namespace troupe::internal

@@ -1,0 +1,117 @@
+#include "head/head.h"
+
+#include "common/log.h"
+
+namespace troupe::head {
+
+Head::Head(asio::io_context& io, const std::string& endpoint, std::string token)
+    : token_(std::move(token)) {
+  listener_ = transport::Listener::start(
+      io, endpoint, token_, [this](std::shared_ptr<transport::Connection> c) { on_connection(c); });
+}
+
+Head::~Head() { close(); }
+
+void Head::close() {
+  listener_->close();
+  std::vector<std::shared_ptr<transport::RpcPeer>> agents;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    agents.swap(agents_);
+    on_host_lost_ = nullptr;
+  }
+  for (auto& a : agents) a->close(Error(ErrorCode::kShutdown, "head closed"));
+}
+
+void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
+  auto index = std::make_shared<int>(-1);
+  transport::RpcPeer::Handlers h;
+  h.on_request = [this, index](wire::Request&& r, const transport::Responder& resp) {
+    if (r.method != "register_agent") {
+      resp.fail(Error(ErrorCode::kUnknownMethod, "the head has no method '" + r.method + "'"));
+      return;
+    }
+    HostRecord rec;
+    try {
+      for (const auto& [k, v] : r.kwargs) {
+        if (k == "host_name") rec.host_name = v.as<std::string>();
+        if (k == "address") rec.address = v.as<std::string>();
+        if (k == "num_cpus") rec.num_cpus = v.as<double>();
+        if (k == "gpu_ids") rec.gpu_ids = v.as<std::vector<int>>();
+        if (k == "labels") rec.labels = v.as<std::map<std::string, std::string>>();
+        if (k == "unix") rec.unix_endpoint = v.as<std::string>();
+        if (k == "tcp") rec.tcp_endpoint = v.as<std::string>();
+        if (k == "pid") rec.agent_pid = v.as<int>();
+        if (k == "machine_id") rec.machine_id = v.as<std::string>();
+      }
+    } catch (const Error& e) {
+      resp.fail(Error(ErrorCode::kInvalidArgument, "register_agent: " + e.message()));
+      return;
+    }
+    if (rec.host_name.empty()) {
+      resp.fail(Error(ErrorCode::kInvalidArgument, "register_agent: host_name is required"));
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& h : hosts_)
+        if (h.host_name == rec.host_name && h.alive) {
+          resp.fail(Error(ErrorCode::kInvalidArgument,
+                          "a host named '" + rec.host_name + "' is already registered"));
+          return;
+        }
+      *index = static_cast<int>(hosts_.size());
+      hosts_.push_back(rec);
+    }
+    TROUPE_LOG(Info) << "host " << rec.host_name << " registered (" << rec.address << ", "
+                     << rec.num_cpus << " CPUs, " << rec.gpu_ids.size() << " GPUs)";
+    cv_.notify_all();
+    resp.reply(Map{{"host_index", *index}});
+  };
+  h.on_close = [this, index](const Error& reason) {
+    std::function<void(const HostRecord&)> callback;
+    HostRecord rec;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (*index < 0 || *index >= static_cast<int>(hosts_.size())) return;
+      hosts_[*index].alive = false;
+      rec = hosts_[*index];
+      callback = on_host_lost_;
+    }
+    TROUPE_LOG(Info) << "host " << rec.host_name << " left: " << reason.message();
+    if (callback) callback(rec);
+  };
+  auto peer = transport::RpcPeer::attach(connection, wire::FrameLimits{}, std::move(h));
+  std::lock_guard<std::mutex> lock(mu_);
+  agents_.push_back(peer);
+}
+
+void Head::wait_for_hosts(size_t count, Clock::time_point deadline,
+                          const std::function<std::string()>& abort) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (hosts_.size() >= count) return;
+    lock.unlock();
+    std::string why = abort ? abort() : "";
+    lock.lock();
+    if (!why.empty()) throw Error(ErrorCode::kWorkerDied, why);
+    if (Clock::now() >= deadline) {
+      throw Error(ErrorCode::kTimeout, std::to_string(hosts_.size()) + " of " +
+                                           std::to_string(count) +
+                                           " agents registered before the deadline");
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+}
+
+std::vector<HostRecord> Head::hosts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return hosts_;
+}
+
+void Head::set_on_host_lost(std::function<void(const HostRecord&)> callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_host_lost_ = std::move(callback);
+}
+
+}  // namespace troupe::head

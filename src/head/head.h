@@ -1,0 +1,67 @@
+// The head: cluster state. Knows every host (through its agent's registration) and whether the
+// agent is still connected. Embedded in the driver by default.
+//
+// Requests it serves: register_agent {host_name, address, num_cpus, gpu_ids, labels, unix, tcp,
+// pid, machine_id} -> {host_index}. Threads: the head's state is guarded by a mutex; its
+// handlers run on the given io_context's thread; the public functions are thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <asio/io_context.hpp>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "transport/listener.h"
+#include "transport/rpc_peer.h"
+#include "troupe/future.h"
+
+namespace troupe::head {
+
+struct HostRecord {
+  std::string host_name;
+  std::string address;
+  double num_cpus = 0;
+  std::vector<int> gpu_ids;
+  std::map<std::string, std::string> labels;
+  std::string unix_endpoint;  // the agent's
+  std::string tcp_endpoint;
+  pid_t agent_pid = 0;
+  std::string machine_id;
+  bool alive = true;
+};
+
+class Head {
+ public:
+  // Listens on `endpoint` (e.g. "unix:/tmp/.../head.sock" or "tcp:127.0.0.1:0").
+  Head(asio::io_context& io, const std::string& endpoint, std::string token);
+  ~Head();
+
+  const std::string& endpoint() const { return listener_->endpoint(); }
+  // Blocks until `count` hosts registered, `deadline` passed or `abort` returns a message (it
+  // is polled); throws Error(kTimeout) naming the missing hosts, or the abort message.
+  void wait_for_hosts(size_t count, Clock::time_point deadline,
+                      const std::function<std::string()>& abort);
+  std::vector<HostRecord> hosts() const;
+  // Called (on the I/O thread) when an agent's connection closes.
+  void set_on_host_lost(std::function<void(const HostRecord&)> callback);
+  void close();
+
+ private:
+  void on_connection(std::shared_ptr<transport::Connection> connection);
+
+  std::string token_;
+  std::shared_ptr<transport::Listener> listener_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<HostRecord> hosts_;
+  std::vector<std::shared_ptr<transport::RpcPeer>> agents_;
+  std::function<void(const HostRecord&)> on_host_lost_;
+};
+
+}  // namespace troupe::head

@@ -1,0 +1,46 @@
+#include "transport/io_loop.h"
+
+#include "common/log.h"
+
+namespace troupe::transport {
+
+IoLoop::IoLoop() : work_(asio::make_work_guard(io_)) {
+  thread_ = std::thread([this] {
+    for (;;) {
+      try {
+        io_.run();
+        return;
+      } catch (const std::exception& e) {
+        TROUPE_LOG(Error) << "unhandled exception on the I/O thread: " << e.what();
+      }
+    }
+  });
+}
+
+IoLoop::~IoLoop() { stop(); }
+
+void IoLoop::run_sync(const std::function<void()>& fn) {
+  if (in_loop_thread()) {
+    fn();
+    return;
+  }
+  std::promise<void> done;
+  asio::post(io_, [&] {
+    try {
+      fn();
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  });
+  done.get_future().get();
+}
+
+void IoLoop::stop() {
+  if (!thread_.joinable()) return;
+  work_.reset();
+  io_.stop();
+  thread_.join();
+}
+
+}  // namespace troupe::transport

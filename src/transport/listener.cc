@@ -1,0 +1,165 @@
+#include "transport/listener.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <asio/ip/tcp.hpp>
+#include <asio/local/stream_protocol.hpp>
+#include <asio/post.hpp>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace troupe::transport {
+namespace {
+
+bool is_tcp(const std::string& endpoint) { return endpoint.rfind("tcp:", 0) == 0; }
+
+void set_nodelay(Socket& socket) {
+  int one = 1;
+  ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+std::string describe(const asio::generic::stream_protocol::endpoint& ep) {
+  if (ep.protocol().family() == AF_UNIX) return "unix peer";
+  asio::ip::tcp::endpoint tcp;
+  size_t n = std::min<size_t>(ep.size(), tcp.capacity());
+  std::memcpy(tcp.data(), ep.data(), n);
+  tcp.resize(n);
+  return "tcp:" + tcp.address().to_string() + ":" + std::to_string(tcp.port());
+}
+
+}  // namespace
+
+asio::generic::stream_protocol::endpoint parse_endpoint(const std::string& endpoint) {
+  if (endpoint.rfind("unix:", 0) == 0) {
+    std::string path = endpoint.substr(5);
+    if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path))
+      throw Error(ErrorCode::kInvalidArgument, "bad unix socket path in '" + endpoint + "'");
+    return asio::local::stream_protocol::endpoint(path);
+  }
+  if (is_tcp(endpoint)) {
+    std::string rest = endpoint.substr(4);
+    auto colon = rest.rfind(':');
+    if (colon == std::string::npos)
+      throw Error(ErrorCode::kInvalidArgument, "missing port in '" + endpoint + "'");
+    asio::error_code ec;
+    auto address = asio::ip::make_address(rest.substr(0, colon), ec);
+    if (ec) throw Error(ErrorCode::kInvalidArgument, "bad address in '" + endpoint + "'");
+    int port = 0;
+    try {
+      port = std::stoi(rest.substr(colon + 1));
+    } catch (...) {
+      port = -1;
+    }
+    if (port < 0 || port > 65535)
+      throw Error(ErrorCode::kInvalidArgument, "bad port in '" + endpoint + "'");
+    return asio::ip::tcp::endpoint(address, static_cast<uint16_t>(port));
+  }
+  throw Error(ErrorCode::kInvalidArgument,
+              "endpoint '" + endpoint + "' must start with unix: or tcp:");
+}
+
+Listener::Listener(asio::io_context& io, std::string token, AuthenticatedHandler on_connection,
+                   std::chrono::milliseconds handshake_timeout)
+    : io_(io),
+      acceptor_(io),
+      token_(std::move(token)),
+      on_connection_(std::move(on_connection)),
+      handshake_timeout_(handshake_timeout) {}
+
+Listener::~Listener() {
+  asio::error_code ec;
+  acceptor_.close(ec);
+  if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
+}
+
+std::shared_ptr<Listener> Listener::start(asio::io_context& io, const std::string& endpoint,
+                                          std::string token, AuthenticatedHandler on_connection,
+                                          std::chrono::milliseconds handshake_timeout) {
+  std::shared_ptr<Listener> l(
+      new Listener(io, std::move(token), std::move(on_connection), handshake_timeout));
+  auto ep = parse_endpoint(endpoint);
+  asio::error_code ec;
+  if (!is_tcp(endpoint)) {
+    l->unix_path_ = endpoint.substr(5);
+    ::unlink(l->unix_path_.c_str());
+  }
+  l->acceptor_.open(ep.protocol(), ec);
+  if (!ec && is_tcp(endpoint)) l->acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) l->acceptor_.bind(ep, ec);
+  if (!ec) l->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw Error(ErrorCode::kResourceUnavailable,
+                "cannot listen on " + endpoint + ": " + ec.message());
+  if (!l->unix_path_.empty()) {
+    ::chmod(l->unix_path_.c_str(), 0600);
+    l->endpoint_ = endpoint;
+  } else {
+    auto bound = l->acceptor_.local_endpoint();
+    l->endpoint_ = describe(bound);
+  }
+  asio::post(io, [l] { l->accept_next(); });
+  return l;
+}
+
+void Listener::accept_next() {
+  std::weak_ptr<Listener> weak = shared_from_this();
+  acceptor_.async_accept([weak](const asio::error_code& ec, Socket socket) {
+    auto self = weak.lock();
+    if (!self) return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
+      TROUPE_LOG(Warning) << "accept on " << self->endpoint_ << " failed: " << ec.message();
+      self->accept_next();
+      return;
+    }
+    std::string peer = self->endpoint_;
+    asio::error_code pec;
+    auto remote = socket.remote_endpoint(pec);
+    if (!pec && remote.protocol().family() != AF_UNIX) {
+      set_nodelay(socket);
+      peer = describe(remote);
+    }
+    auto conn = std::make_shared<Connection>(std::move(socket), peer);
+    serve_handshake(conn, self->token_, self->handshake_timeout_, self->on_connection_);
+    self->accept_next();
+  });
+}
+
+void Listener::close() {
+  asio::post(io_, [self = shared_from_this()] {
+    asio::error_code ec;
+    self->acceptor_.close(ec);
+    if (!self->unix_path_.empty()) {
+      ::unlink(self->unix_path_.c_str());
+      self->unix_path_.clear();
+    }
+  });
+}
+
+void async_connect(asio::io_context& io, const std::string& endpoint, const std::string& token,
+                   std::chrono::milliseconds timeout, ClientDoneHandler done) {
+  asio::generic::stream_protocol::endpoint ep;
+  try {
+    ep = parse_endpoint(endpoint);
+  } catch (const Error& e) {
+    asio::post(io, [done, e] { done(nullptr, &e); });
+    return;
+  }
+  auto socket = std::make_shared<Socket>(io, ep.protocol());
+  socket->async_connect(ep, [socket, endpoint, token, timeout, done](const asio::error_code& ec) {
+    if (ec) {
+      Error e(ErrorCode::kConnectionLost, "cannot connect to " + endpoint + ": " + ec.message());
+      done(nullptr, &e);
+      return;
+    }
+    if (is_tcp(endpoint)) set_nodelay(*socket);
+    auto conn = std::make_shared<Connection>(std::move(*socket), endpoint);
+    client_handshake(conn, token, timeout, done);
+  });
+}
+
+}  // namespace troupe::transport

@@ -1,0 +1,13 @@
+// Environment variables through which an agent configures the processes it starts.
+#pragma once
+
+namespace troupe::worker_env {
+
+constexpr const char* kRole = "TROUPE_ROLE";                 // "worker" or "agent"
+constexpr const char* kName = "TROUPE_WORKER_NAME";          // the worker's name
+constexpr const char* kUnixEndpoint = "TROUPE_WORKER_UNIX";  // unix:PATH to listen on
+constexpr const char* kTcpHost = "TROUPE_WORKER_TCP_HOST";   // address to listen on with TCP
+constexpr const char* kReadyFd = "TROUPE_READY_FD";          // pipe to write "ready ...\n" to
+constexpr const char* kHostName = "TROUPE_HOST_NAME";        // the simulated host's name
+
+}  // namespace troupe::worker_env

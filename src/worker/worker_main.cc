@@ -1,0 +1,210 @@
+#include "worker/worker_main.h"
+
+#include <cxxabi.h>
+#include <unistd.h>
+
+#include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/signal_set.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <typeinfo>
+
+#include "common/env.h"
+#include "common/log.h"
+#include "common/token.h"
+#include "transport/listener.h"
+#include "transport/rpc_peer.h"
+#include "troupe/worker_class.h"
+#include "worker/worker_env.h"
+
+namespace troupe::worker {
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
+  return out.empty() ? "(none)" : out;
+}
+
+std::string current_exception_type() {
+  const std::type_info* t = abi::__cxa_current_exception_type();
+  if (!t) return "unknown exception";
+  int status = 0;
+  char* name = abi::__cxa_demangle(t->name(), nullptr, nullptr, &status);
+  std::string out = status == 0 && name ? name : t->name();
+  std::free(name);
+  return out;
+}
+
+// The object this worker hosts and the dispatch of calls to it. I/O thread only.
+class WorkerServer {
+ public:
+  WorkerServer(asio::io_context& io, std::string name) : io_(io), name_(std::move(name)) {}
+
+  void handle(wire::Request&& request, const transport::Responder& responder) {
+    const std::string& m = request.method;
+    if (!m.empty() && m[0] == '_' && m.rfind("__", 0) == 0)
+      return handle_internal(request, responder);
+    if (!object_) {
+      responder.fail(
+          Error(init_error_ ? init_error_->code() : ErrorCode::kConstructorFailed,
+                "worker '" + name_ + "' has no object: " +
+                    (init_error_ ? init_error_->message() : "it was never constructed")));
+      return;
+    }
+    auto it = class_->methods.find(m);
+    if (it == class_->methods.end()) {
+      std::vector<std::string> names;
+      for (const auto& [n, info] : class_->methods) names.push_back(n);
+      responder.fail(Error(ErrorCode::kUnknownMethod, "worker '" + name_ + "' (class " +
+                                                          class_->name + ") has no method '" + m +
+                                                          "'; its methods: " + join(names)));
+      return;
+    }
+    std::string where = "method '" + m + "' of worker '" + name_ + "' (class " + class_->name + ")";
+    try {
+      responder.reply(it->second.invoke(object_.get(), request.kwargs, where));
+    } catch (const Error& e) {
+      responder.fail(e.code() == ErrorCode::kInvalidArgument
+                         ? e
+                         : Error(ErrorCode::kMethodFailed, where + " failed: " + e.what()));
+    } catch (const std::exception& e) {
+      responder.fail(Error(ErrorCode::kMethodFailed,
+                           where + " threw " + current_exception_type() + ": " + e.what()));
+    } catch (...) {
+      responder.fail(Error(ErrorCode::kMethodFailed, where + " threw " + current_exception_type()));
+    }
+  }
+
+ private:
+  void handle_internal(const wire::Request& request, const transport::Responder& responder) {
+    if (request.method == "__init__") return construct(request, responder);
+    if (request.method == "__ping__") {
+      responder.reply(Map{{"name", name_}, {"pid", static_cast<int64_t>(::getpid())}});
+      return;
+    }
+    if (request.method == "__shutdown__") {
+      responder.reply(Value());
+      asio::post(io_, [this] { io_.stop(); });
+      return;
+    }
+    responder.fail(Error(ErrorCode::kUnknownMethod,
+                         "worker '" + name_ + "' has no internal method '" + request.method + "'"));
+  }
+
+  void construct(const wire::Request& request, const transport::Responder& responder) {
+    const Value* cls = nullptr;
+    const Value* args = nullptr;
+    for (const auto& [k, v] : request.kwargs) {
+      if (k == "class") cls = &v;
+      if (k == "args") args = &v;
+    }
+    if (!cls || !cls->is_string() || !args || !args->is_map())
+      return responder.fail(Error(ErrorCode::kProtocol, "__init__ needs class and args"));
+    if (object_)
+      return responder.fail(
+          Error(ErrorCode::kInvalidArgument, "worker '" + name_ + "' is already constructed"));
+    const detail::ClassInfo* info = detail::find_class(cls->as_string());
+    if (!info) {
+      init_error_ = Error(ErrorCode::kUnknownClass,
+                          "worker '" + name_ + "': no worker class '" + cls->as_string() +
+                              "' is registered in " + env::self_executable() +
+                              " (registered: " + join(detail::registered_class_names()) + ")");
+      return responder.fail(*init_error_);
+    }
+    std::string where = "constructor of class " + info->name + " on worker '" + name_ + "'";
+    if (!info->construct) {
+      init_error_ =
+          Error(ErrorCode::kConstructorFailed,
+                where + ": the class declares no constructor and is not default-constructible");
+      return responder.fail(*init_error_);
+    }
+    try {
+      object_ = info->construct(args->as_map(), where);
+      class_ = info;
+      log::set_role("worker:" + name_ + " (" + info->name + ")");
+      responder.reply(Value());
+      return;
+    } catch (const Error& e) {
+      init_error_ = e.code() == ErrorCode::kInvalidArgument
+                        ? e
+                        : Error(ErrorCode::kConstructorFailed, where + " failed: " + e.what());
+    } catch (const std::exception& e) {
+      init_error_ = Error(ErrorCode::kConstructorFailed,
+                          where + " threw " + current_exception_type() + ": " + e.what());
+    } catch (...) {
+      init_error_ =
+          Error(ErrorCode::kConstructorFailed, where + " threw " + current_exception_type());
+    }
+    responder.fail(*init_error_);
+  }
+
+  asio::io_context& io_;
+  std::string name_;
+  const detail::ClassInfo* class_ = nullptr;
+  std::shared_ptr<void> object_;
+  std::optional<Error> init_error_;
+};
+
+}  // namespace
+
+int run_worker_main() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  std::string name = env::get_or(worker_env::kName, "worker");
+  log::set_role("worker:" + name);
+  std::string token;
+  try {
+    token = token::from_environment();
+  } catch (const Error& e) {
+    TROUPE_LOG(Error) << e.message();
+    return 2;
+  }
+  ::unsetenv("TROUPE_TOKEN");
+  if (token.empty()) {
+    TROUPE_LOG(Error) << "no cluster token (TROUPE_TOKEN or TROUPE_TOKEN_FILE)";
+    return 2;
+  }
+  asio::io_context io(1);
+  WorkerServer server(io, name);
+  auto on_connection = [&server](std::shared_ptr<transport::Connection> conn) {
+    transport::RpcPeer::Handlers h;
+    h.on_request = [&server](wire::Request&& r, const transport::Responder& responder) {
+      server.handle(std::move(r), responder);
+    };
+    transport::RpcPeer::attach(conn, wire::FrameLimits{}, std::move(h));
+  };
+  std::vector<std::shared_ptr<transport::Listener>> listeners;
+  std::string tcp_endpoint;
+  try {
+    if (auto unix_ep = env::get(worker_env::kUnixEndpoint))
+      listeners.push_back(transport::Listener::start(io, *unix_ep, token, on_connection));
+    if (auto host = env::get(worker_env::kTcpHost)) {
+      listeners.push_back(
+          transport::Listener::start(io, "tcp:" + *host + ":0", token, on_connection));
+      tcp_endpoint = listeners.back()->endpoint();
+    }
+  } catch (const Error& e) {
+    TROUPE_LOG(Error) << e.message();
+    return 3;
+  }
+  if (auto fd = env::get(worker_env::kReadyFd)) {
+    int ready_fd = std::atoi(fd->c_str());
+    std::string line = "ready " + tcp_endpoint + "\n";
+    ssize_t unused = ::write(ready_fd, line.data(), line.size());
+    (void)unused;
+    ::close(ready_fd);
+    ::unsetenv(worker_env::kReadyFd);
+  }
+  asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&io](const asio::error_code& ec, int) {
+    if (!ec) io.stop();
+  });
+  io.run();
+  for (auto& l : listeners) l.reset();
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace troupe::worker
