@@ -33,7 +33,8 @@ class Line {
 
 }  // namespace troupe::log
 
-#define TROUPE_LOG(level)                                        \
-  if (!::troupe::log::enabled(::troupe::log::Level::k##level)) { \
-  } else                                                         \
-    ::troupe::log::Line(::troupe::log::Level::k##level)
+// Usable as a statement anywhere, also as the body of an unbraced if.
+#define TROUPE_LOG(level)                                                             \
+  for (bool troupe_log_once = ::troupe::log::enabled(::troupe::log::Level::k##level); \
+       troupe_log_once; troupe_log_once = false)                                      \
+  ::troupe::log::Line(::troupe::log::Level::k##level)
