@@ -104,20 +104,9 @@ void WorkerProcess::read_stream(Stream& s, bool is_stderr) {
       if (!s.partial.empty()) self->emit_line(s.partial, is_stderr);
       s.partial.clear();
       s.eof = true;
-      self->maybe_finish();
       return;
     }
-    s.partial.append(s.buf.data(), n);
-    size_t start = 0, nl;
-    while ((nl = s.partial.find('\n', start)) != std::string::npos) {
-      self->emit_line(s.partial.substr(start, nl - start), is_stderr);
-      start = nl + 1;
-    }
-    s.partial.erase(0, start);
-    if (s.partial.size() > 64 * 1024) {  // a very long line: flush what we have
-      self->emit_line(s.partial, is_stderr);
-      s.partial.clear();
-    }
+    self->consume(s, n, is_stderr);
     self->read_stream(s, is_stderr);
   });
 }
@@ -139,26 +128,43 @@ void WorkerProcess::emit_line(const std::string& line, bool is_stderr) {
   }
 }
 
+void WorkerProcess::drain_now(Stream& s, bool is_stderr) {
+  if (s.eof) return;
+  asio::error_code ec;
+  s.pipe->non_blocking(true, ec);
+  for (;;) {
+    size_t n = s.pipe->read_some(asio::buffer(s.buf), ec);
+    if (ec || n == 0) break;
+    consume(s, n, is_stderr);
+  }
+}
+
+void WorkerProcess::consume(Stream& s, size_t n, bool is_stderr) {
+  s.partial.append(s.buf.data(), n);
+  size_t start = 0, nl;
+  while ((nl = s.partial.find('\n', start)) != std::string::npos) {
+    emit_line(s.partial.substr(start, nl - start), is_stderr);
+    start = nl + 1;
+  }
+  s.partial.erase(0, start);
+  if (s.partial.size() > 64 * 1024) {  // a very long line: flush what we have
+    emit_line(s.partial, is_stderr);
+    s.partial.clear();
+  }
+}
+
 void WorkerProcess::on_reaped(int wait_status) {
   exit_status_ = process::decode_wait_status(wait_status);
   if (kill_timer_) kill_timer_->cancel();
-  // Children of the worker may still hold the pipes open: drain for a short while only.
-  drain_timer_ = std::make_unique<asio::steady_timer>(io_, kDrainTimeout);
-  drain_timer_->async_wait([self = shared_from_this()](const asio::error_code& ec) {
-    if (ec) return;
-    self->out_.eof = self->err_.eof = true;
-    asio::error_code ignored;
-    self->out_.pipe->close(ignored);
-    self->err_.pipe->close(ignored);
-    self->maybe_finish();
-  });
-  maybe_finish();
-}
-
-void WorkerProcess::maybe_finish() {
-  if (finished_ || !exit_status_ || !out_.eof || !err_.eof) return;
-  finished_ = true;
-  if (drain_timer_) drain_timer_->cancel();
+  // What the process wrote before it died is in the pipes now: read it before reporting.
+  drain_now(out_, false);
+  drain_now(err_, true);
+  for (auto* s : {&err_}) {
+    if (!s->partial.empty()) {
+      emit_line(s->partial, true);
+      s->partial.clear();
+    }
+  }
   if (on_ready_) {
     auto handler = std::move(on_ready_);
     on_ready_ = nullptr;
@@ -169,6 +175,14 @@ void WorkerProcess::maybe_finish() {
     on_exit_ = nullptr;
     handler(*exit_status_);
   }
+  // Children of the worker may still hold the pipes open: stop reading them after a while.
+  drain_timer_ = std::make_unique<asio::steady_timer>(io_, kDrainTimeout);
+  drain_timer_->async_wait([self = shared_from_this()](const asio::error_code& ec) {
+    if (ec) return;
+    asio::error_code ignored;
+    self->out_.pipe->close(ignored);
+    self->err_.pipe->close(ignored);
+  });
 }
 
 void WorkerProcess::stop(std::chrono::milliseconds grace) {

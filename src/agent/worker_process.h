@@ -36,7 +36,7 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   // Called once with the first line the worker writes to its ready pipe ("ready ..."), or with
   // nullopt when the pipe closes without one.
   using ReadyHandler = std::function<void(std::optional<std::string> line)>;
-  // Called once after the process was reaped and its output drained.
+  // Called once when the process was reaped, after what it wrote before dying was read.
   using ExitHandler = std::function<void(const process::ExitStatus& status)>;
 
   WorkerProcess(asio::io_context& io, WorkerLaunch launch);
@@ -45,7 +45,7 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   // Spawns the process (own process group, parent-death signal SIGKILL). Throws Error, e.g.
   // kExecutableNotFound.
   void start(ReadyHandler on_ready, ExitHandler on_exit);
-  // Records the wait status from the agent's reaper; finishes once output is drained.
+  // Records the wait status from the agent's reaper and reports the exit.
   void on_reaped(int wait_status);
   // SIGTERM to the process group, then SIGKILL after `grace` if it is still there.
   void stop(std::chrono::milliseconds grace);
@@ -66,7 +66,8 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   };
   void read_stream(Stream& s, bool is_stderr);
   void emit_line(const std::string& line, bool is_stderr);
-  void maybe_finish();
+  void consume(Stream& s, size_t n, bool is_stderr);
+  void drain_now(Stream& s, bool is_stderr);
 
   asio::io_context& io_;
   WorkerLaunch launch_;
@@ -82,7 +83,6 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   std::unique_ptr<asio::steady_timer> drain_timer_;
   std::unique_ptr<asio::steady_timer> kill_timer_;
   std::deque<std::string> tail_;
-  bool finished_ = false;
 };
 
 }  // namespace troupe::agent

@@ -212,8 +212,8 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
           options.class_name + "-" + std::to_string(name_counters_[options.class_name]++);
     if (auto it = workers_.find(options.name); it != workers_.end() && it->second->alive())
       throw Error(ErrorCode::kInvalidArgument, "a worker named '" + options.name + "' exists");
-    worker = std::make_shared<WorkerState>(options.name, options.class_name, options.host,
-                                           agents_[options.host].host_name);
+    worker = std::make_shared<WorkerState>(loop_->context(), options.name, options.class_name,
+                                           options.host, agents_[options.host].host_name);
     worker->agent = agents_[options.host].peer;
     workers_[options.name] = worker;
   }
@@ -261,12 +261,7 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
                 worker->mark_dead(worker->death_error("cannot connect: " + error->message()));
                 return;
               }
-              transport::RpcPeer::Handlers h;
-              std::weak_ptr<WorkerState> weak = worker;
-              h.on_close = [weak](const Error& reason) {
-                if (auto w = weak.lock()) w->mark_dead(w->death_error(reason.message()));
-              };
-              worker->on_connected(transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h)),
+              worker->on_connected(transport::RpcPeer::attach(c, wire::FrameLimits{}, {}),
                                    ctor_args);
             });
       });

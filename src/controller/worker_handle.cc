@@ -4,12 +4,13 @@
 namespace troupe {
 namespace internal {
 
-WorkerState::WorkerState(std::string name, std::string class_name, size_t host,
-                         std::string host_name)
+WorkerState::WorkerState(asio::io_context& io, std::string name, std::string class_name,
+                         size_t host, std::string host_name)
     : name_(std::move(name)),
       class_name_(std::move(class_name)),
       host_(host),
       host_name_(std::move(host_name)),
+      io_(io),
       ready_(std::make_shared<detail::FutureState>("start of worker '" + name_ + "'")) {}
 
 pid_t WorkerState::pid() const {
@@ -84,6 +85,14 @@ void WorkerState::on_connected(std::shared_ptr<transport::RpcPeer> peer, const K
     return self ? self->death_error(reason.message())
                 : Error(ErrorCode::kWorkerDied, reason.message());
   });
+  peer->set_orphan_handler(
+      [weak](std::vector<std::shared_ptr<detail::FutureState>> pending, const Error& reason) {
+        if (auto self = weak.lock()) {
+          self->on_connection_lost(std::move(pending), reason);
+        } else {
+          for (auto& p : pending) p->set_error(Error(ErrorCode::kWorkerDied, reason.message()));
+        }
+      });
   std::vector<QueuedCall> queued;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -114,8 +123,28 @@ void WorkerState::on_connected(std::shared_ptr<transport::RpcPeer> peer, const K
   }
 }
 
+void WorkerState::on_connection_lost(std::vector<std::shared_ptr<detail::FutureState>> pending,
+                                     const Error& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_ != Status::kDead) {
+      status_ = Status::kDying;
+      for (auto& p : pending) orphans_.push_back(std::move(p));
+      report_timer_ = std::make_unique<asio::steady_timer>(io_, kExitReportWait);
+      std::weak_ptr<WorkerState> weak = weak_from_this();
+      report_timer_->async_wait([weak, reason](const asio::error_code& ec) {
+        if (ec) return;
+        if (auto self = weak.lock()) self->mark_dead(self->death_error(reason.message()));
+      });
+      return;
+    }
+  }
+  for (auto& p : pending) p->set_error(*death_);
+}
+
 void WorkerState::mark_dead(const Error& error) {
   std::vector<QueuedCall> queued;
+  std::vector<std::shared_ptr<detail::FutureState>> orphans;
   std::shared_ptr<transport::RpcPeer> peer;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -123,10 +152,13 @@ void WorkerState::mark_dead(const Error& error) {
     status_ = Status::kDead;
     death_ = error;
     queued.swap(queued_);
+    orphans.swap(orphans_);
     peer = peer_;
+    if (report_timer_) report_timer_->cancel();
   }
   ready_->set_error(error);
   for (auto& q : queued) q.state->set_error(error);
+  for (auto& o : orphans) o->set_error(error);
   if (peer) peer->close(error);
 }
 

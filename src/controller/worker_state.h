@@ -1,14 +1,20 @@
 // The driver's view of one worker: its lifecycle, its connection and the calls waiting for it.
 //
 //   starting --(agent started it, connected, __init__ sent)--> ready
-//   starting/ready --(process or connection gone, stop)--> dead
+//   ready --(connection lost)--> dying --(agent's exit report, or kExitReportWait)--> dead
+//   starting/ready/dying --(process gone, stop)--> dead
 //
 // Thread-safe. Calls made while starting are queued and sent, in order, right after __init__;
-// once dead, every pending and later call fails with the recorded death error.
+// once dead, every pending and later call fails with the recorded death error. While dying,
+// calls wait (at most kExitReportWait) for the agent's report of how the process ended, so that
+// their error carries the exit code or signal and the last lines of stderr.
 #pragma once
 
 #include <sys/types.h>
 
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <chrono>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -19,9 +25,13 @@
 
 namespace troupe::internal {
 
+constexpr std::chrono::milliseconds kExitReportWait{250};
+
 class WorkerState : public std::enable_shared_from_this<WorkerState> {
  public:
-  WorkerState(std::string name, std::string class_name, size_t host, std::string host_name);
+  // Timers run on `io`, which must outlive the state's use.
+  WorkerState(asio::io_context& io, std::string name, std::string class_name, size_t host,
+              std::string host_name);
 
   const std::string& name() const { return name_; }
   const std::string& class_name() const { return class_name_; }
@@ -40,6 +50,9 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   void on_started(pid_t pid, std::vector<int> gpus, std::string log_path);
   // Connected and authenticated: sends __init__ then the queued calls (I/O thread).
   void on_connected(std::shared_ptr<transport::RpcPeer> peer, const Kwargs& ctor_args);
+  // The connection closed with calls pending (I/O thread): waits for the exit report.
+  void on_connection_lost(std::vector<std::shared_ptr<detail::FutureState>> pending,
+                          const Error& reason);
   // The worker is gone; `error` is what pending and later calls fail with. First one wins.
   void mark_dead(const Error& error);
   // The agent reported the exit: adds the status and stderr tail to the death error.
@@ -65,7 +78,10 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   const size_t host_;
   const std::string host_name_;
   mutable std::mutex mu_;
-  enum class Status { kStarting, kReady, kDead } status_ = Status::kStarting;
+  enum class Status { kStarting, kReady, kDying, kDead } status_ = Status::kStarting;
+  asio::io_context& io_;
+  std::unique_ptr<asio::steady_timer> report_timer_;
+  std::vector<std::shared_ptr<detail::FutureState>> orphans_;  // calls waiting while dying
   pid_t pid_ = 0;
   std::vector<int> gpus_;
   std::string log_path_;

@@ -42,6 +42,11 @@ void RpcPeer::set_failure_hook(FailureHook hook) {
   failure_hook_ = std::move(hook);
 }
 
+void RpcPeer::set_orphan_handler(OrphanHandler handler) {
+  std::lock_guard<std::mutex> lock(mu_);
+  orphan_handler_ = std::move(handler);
+}
+
 size_t RpcPeer::pending_calls() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pending_.size();
@@ -156,14 +161,20 @@ void RpcPeer::on_frame(wire::Frame&& frame) {
 void RpcPeer::on_closed(const Error& reason) {
   std::unordered_map<uint64_t, Pending> pending;
   FailureHook hook;
+  OrphanHandler orphans;
   {
     std::lock_guard<std::mutex> lock(mu_);
     closed_ = true;
     close_error_ = reason;
     pending.swap(pending_);
     hook = failure_hook_;
+    orphans = std::move(orphan_handler_);
   }
-  if (!pending.empty()) {
+  if (orphans) {
+    std::vector<std::shared_ptr<detail::FutureState>> states;
+    for (auto& [id, p] : pending) states.push_back(std::move(p.state));
+    orphans(std::move(states), reason);
+  } else if (!pending.empty()) {
     Error e = hook ? hook(reason) : reason;
     for (auto& [id, p] : pending) p.state->set_error(e);
   }

@@ -41,6 +41,10 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
   using StreamHandler = std::function<void(Value item)>;
   // Turns the reason a connection closed into the error pending calls fail with.
   using FailureHook = std::function<Error(const Error& reason)>;
+  // Takes over the calls still pending when the connection closed; it must complete each
+  // (for example once the reason of the close is known). Runs on the I/O thread.
+  using OrphanHandler = std::function<void(
+      std::vector<std::shared_ptr<detail::FutureState>> pending, const Error& reason)>;
 
   struct Handlers {
     RequestHandler on_request;  // null: requests are answered with kUnknownMethod
@@ -64,6 +68,8 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
                              std::string context = {}, StreamHandler on_item = nullptr);
   bool send_event(std::string_view name, const Value& value);
   void set_failure_hook(FailureHook hook);
+  // When set, replaces the failure hook for the calls pending at close.
+  void set_orphan_handler(OrphanHandler handler);
   void close(const Error& reason) { connection_->close(reason); }
   bool closed() const { return connection_->closed(); }
   const std::string& peer() const { return connection_->peer(); }
@@ -88,6 +94,7 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
   bool closed_ = false;
   std::optional<Error> close_error_;
   FailureHook failure_hook_;
+  OrphanHandler orphan_handler_;
 };
 
 }  // namespace troupe::transport
