@@ -1,0 +1,330 @@
+#include "head/placement.h"
+
+#include <gtest/gtest.h>
+
+#include "troupe/error.h"
+
+namespace troupe::head {
+namespace {
+
+// Expects `text` to contain `part`, printing both otherwise.
+#define EXPECT_HAS(text, part)                               \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) \
+      << "missing: " << (part) << "\nin: " << (text)
+
+HostCapacity host(double cpus, std::vector<int> gpus, int64_t memory = 0,
+                  std::map<std::string, std::string> labels = {}) {
+  HostCapacity h;
+  h.cpus = cpus;
+  h.gpu_ids = std::move(gpus);
+  h.memory_bytes = memory;
+  h.labels = std::move(labels);
+  return h;
+}
+
+BundleRequest bundle(double cpus, double gpus = 0, int64_t memory = 0) {
+  BundleRequest b;
+  b.cpus = cpus;
+  b.gpus = gpus;
+  b.memory_bytes = memory;
+  return b;
+}
+
+std::vector<BundleRequest> many(size_t n, const BundleRequest& b) {
+  return std::vector<BundleRequest>(n, b);
+}
+
+std::vector<size_t> hosts_of(const std::vector<BundlePlacement>& ps) {
+  std::vector<size_t> out;
+  for (const auto& p : ps) out.push_back(p.host);
+  return out;
+}
+
+std::vector<std::vector<int>> gpus_of(const std::vector<BundlePlacement>& ps) {
+  std::vector<std::vector<int>> out;
+  for (const auto& p : ps) out.push_back(p.gpu_ids);
+  return out;
+}
+
+// Runs `f`, expects an Error with `code`, returns its message.
+template <typename F>
+std::string error_of(F&& f, ErrorCode code) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.message();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return "";
+}
+
+TEST(Strategy, ParseAndName) {
+  for (const char* name : {"PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"})
+    EXPECT_STREQ(strategy_name(parse_strategy(name)), name);
+  EXPECT_EQ(parse_strategy("STRICT_SPREAD"), Strategy::kStrictSpread);
+  std::string msg = error_of([] { parse_strategy("pack"); }, ErrorCode::kInvalidArgument);
+  EXPECT_HAS(msg, ("'pack'"));
+  EXPECT_HAS(msg, ("PACK, SPREAD, STRICT_PACK or STRICT_SPREAD"));
+}
+
+TEST(StrictPack, AllOnOneHost) {
+  ResourceBook book({host(2, {0, 1}), host(4, {0, 1, 2, 3})});
+  auto ps = book.reserve("pg", many(3, bundle(1, 1)), Strategy::kStrictPack);
+  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{1, 1, 1}));
+  EXPECT_EQ(gpus_of(ps), (std::vector<std::vector<int>>{{0}, {1}, {2}}));
+  EXPECT_DOUBLE_EQ(ps[0].gpu_share, 1.0);
+  // Lowest index wins when several hosts fit.
+  auto small = book.reserve("pg2", many(2, bundle(1, 1)), Strategy::kStrictPack);
+  EXPECT_EQ(hosts_of(small), (std::vector<size_t>{0, 0}));
+}
+
+TEST(StrictPack, FailsWithPerHostFree) {
+  ResourceBook book({host(2, {0, 1}), host(2, {0, 1})});
+  std::string msg =
+      error_of([&] { book.reserve("vc-pg0", many(3, bundle(1, 1)), Strategy::kStrictPack); },
+               ErrorCode::kResourceUnavailable);
+  EXPECT_EQ(msg,
+            "placement group 'vc-pg0' asks for 3 bundles of {CPU 1, GPU 1} with STRICT_PACK; no "
+            "single host has room: host-0 free {CPU 2/2, GPU 2/2}, host-1 free {CPU 2/2, GPU "
+            "2/2}");
+  EXPECT_EQ(book.group_count(), 0u);
+}
+
+TEST(Pack, FillsFewestHosts) {
+  ResourceBook book({host(2, {0, 1}), host(4, {0, 1, 2, 3}), host(2, {0, 1})});
+  // 5 whole-GPU bundles: host 1 takes 4, then host 0 (lowest index among equals) takes 1.
+  auto ps = book.reserve("pg", many(5, bundle(1, 1)), Strategy::kPack);
+  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{1, 1, 1, 1, 0}));
+  EXPECT_EQ(gpus_of(ps), (std::vector<std::vector<int>>{{0}, {1}, {2}, {3}, {0}}));
+  // Fits on one host: that host, not spread.
+  auto two = book.reserve("pg2", many(2, bundle(1)), Strategy::kPack);
+  EXPECT_EQ(hosts_of(two), (std::vector<size_t>{2, 2}));
+}
+
+TEST(Pack, FailsWhenTotalTooSmall) {
+  ResourceBook book({host(2, {0}), host(2, {0})});
+  std::string msg = error_of([&] { book.reserve("pg", many(3, bundle(1, 1)), Strategy::kPack); },
+                             ErrorCode::kResourceUnavailable);
+  EXPECT_HAS(msg, ("asks for 3 bundles of {CPU 1, GPU 1} with PACK"));
+  EXPECT_HAS(msg, ("bundle 2 {CPU 1, GPU 1} fits on no host after placing 2 of 3"));
+  EXPECT_HAS(msg, ("host-0 free {CPU 2/2, GPU 1/1}, host-1 free {CPU 2/2, GPU 1/1}"));
+}
+
+TEST(Spread, RoundRobinThenWrap) {
+  ResourceBook book({host(4, {}), host(4, {}), host(4, {})});
+  auto ps = book.reserve("pg", many(5, bundle(1)), Strategy::kSpread);
+  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{0, 1, 2, 0, 1}));
+}
+
+TEST(Spread, SkipsFullHostsAndFails) {
+  ResourceBook book({host(1, {}), host(4, {})});
+  auto ps = book.reserve("pg", many(3, bundle(1)), Strategy::kSpread);
+  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{0, 1, 1}));
+  std::string msg = error_of([&] { book.reserve("pg2", many(3, bundle(1)), Strategy::kSpread); },
+                             ErrorCode::kResourceUnavailable);
+  EXPECT_HAS(msg, ("with SPREAD; bundle 2 {CPU 1} fits on no host after placing 2"));
+  EXPECT_HAS(msg, ("host-0 free {CPU 0/1}, host-1 free {CPU 2/4}"));
+}
+
+TEST(StrictSpread, DistinctHosts) {
+  ResourceBook book({host(2, {0}), host(2, {0}), host(2, {0})});
+  auto ps = book.reserve("pg", many(3, bundle(1, 1)), Strategy::kStrictSpread);
+  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{0, 1, 2}));
+  std::string msg =
+      error_of([&] { book.reserve("pg2", many(2, bundle(1, 1)), Strategy::kStrictSpread); },
+               ErrorCode::kResourceUnavailable);
+  EXPECT_HAS(msg, ("asks for 2 bundles of {CPU 1, GPU 1} with STRICT_SPREAD; needs 2 "
+                   "distinct hosts with room, found 0"));
+  EXPECT_HAS(msg, ("host-2 free {CPU 1/2, GPU 0/1}"));
+}
+
+TEST(StrictSpread, MatchesAroundLabels) {
+  // Bundle 0 fits anywhere, bundle 1 only on host 0: a greedy pass would fail.
+  ResourceBook book({host(1, {}, 0, {{"zone", "a"}}), host(1, {})});
+  BundleRequest zoned = bundle(1);
+  zoned.labels = {{"zone", "a"}};
+  auto ps = book.reserve("pg", {bundle(1), zoned}, Strategy::kStrictSpread);
+  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{1, 0}));
+}
+
+TEST(StrictSpread, MoreBundlesThanHosts) {
+  ResourceBook book({host(8, {}), host(8, {})});
+  std::string msg =
+      error_of([&] { book.reserve("pg", many(3, bundle(1)), Strategy::kStrictSpread); },
+               ErrorCode::kResourceUnavailable);
+  EXPECT_HAS(msg, ("needs 3 distinct hosts with room, found 2"));
+}
+
+TEST(ResourceBook, AllOrNothing) {
+  ResourceBook book({host(2, {0, 1}), host(2, {0, 1})});
+  // Three bundles fit, the fourth does not: nothing may stay reserved.
+  error_of([&] { book.reserve("big", many(5, bundle(1, 1)), Strategy::kPack); },
+           ErrorCode::kResourceUnavailable);
+  error_of([&] { book.reserve("big", many(3, bundle(1, 1)), Strategy::kStrictSpread); },
+           ErrorCode::kResourceUnavailable);
+  EXPECT_EQ(book.group_count(), 0u);
+  EXPECT_EQ(book.describe_free(0), "host-0 free {CPU 2/2, GPU 2/2}");
+  auto ps = book.reserve("ok", many(4, bundle(1, 1)), Strategy::kPack);
+  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{0, 0, 1, 1}));
+  EXPECT_EQ(gpus_of(ps), (std::vector<std::vector<int>>{{0}, {1}, {0}, {1}}));
+}
+
+TEST(ResourceBook, ReleaseThenReserve) {
+  ResourceBook book({host(2, {0, 1})});
+  auto first = book.reserve("a", many(2, bundle(1, 1)), Strategy::kStrictPack);
+  error_of([&] { book.reserve("b", many(1, bundle(1, 1)), Strategy::kPack); },
+           ErrorCode::kResourceUnavailable);
+  EXPECT_NE(book.placements("a"), nullptr);
+  EXPECT_TRUE(book.release("a"));
+  EXPECT_FALSE(book.release("a"));
+  EXPECT_FALSE(book.release("never"));
+  EXPECT_EQ(book.placements("a"), nullptr);
+  EXPECT_EQ(book.describe_free(0), "host-0 free {CPU 2/2, GPU 2/2}");
+  auto again = book.reserve("a", many(2, bundle(1, 1)), Strategy::kStrictPack);
+  EXPECT_EQ(gpus_of(again), gpus_of(first));
+}
+
+TEST(Gpu, TwoGroupsAtHalfColocate) {
+  ResourceBook book({host(8, {0, 1, 2, 3}), host(8, {0, 1, 2, 3})});
+  auto a = book.reserve("actor", many(4, bundle(1, 0.5)), Strategy::kPack);
+  auto b = book.reserve("rollout", many(4, bundle(1, 0.5)), Strategy::kPack);
+  EXPECT_EQ(hosts_of(a), (std::vector<size_t>{0, 0, 0, 0}));
+  EXPECT_EQ(gpus_of(a), (std::vector<std::vector<int>>{{0}, {1}, {2}, {3}}));
+  EXPECT_EQ(hosts_of(b), hosts_of(a));
+  EXPECT_EQ(gpus_of(b), gpus_of(a));
+  EXPECT_DOUBLE_EQ(b[0].gpu_share, 0.5);
+  EXPECT_EQ(book.describe_free(0), "host-0 free {CPU 0/8, GPU 0/4}");
+  // A half-freed host shows per-GPU shares.
+  book.release("rollout");
+  book.reserve("one", {bundle(0, 0.5)}, Strategy::kPack);
+  EXPECT_EQ(book.describe_free(0), "host-0 free {CPU 4/8, GPU 1.5/4 [0:0 1:0.5 2:0.5 3:0.5]}");
+}
+
+TEST(Gpu, ThreeGroupsAtAThirdThenFourthFails) {
+  ResourceBook book({host(16, {0, 1})});
+  const double third = 1.0 / 3;
+  for (const char* id : {"g1", "g2", "g3"}) {
+    auto ps = book.reserve(id, many(2, bundle(1, third)), Strategy::kStrictPack);
+    EXPECT_EQ(gpus_of(ps), (std::vector<std::vector<int>>{{0}, {1}})) << id;
+  }
+  std::string msg =
+      error_of([&] { book.reserve("g4", many(2, bundle(1, third)), Strategy::kStrictPack); },
+               ErrorCode::kResourceUnavailable);
+  EXPECT_HAS(msg, ("2 bundles of {CPU 1, GPU 0.333333} with STRICT_PACK"));
+  EXPECT_HAS(msg, ("host-0 free {CPU 10/16, GPU 0/2}"));
+  error_of([&] { book.reserve("g4", {bundle(0, 0.01)}, Strategy::kPack); },
+           ErrorCode::kResourceUnavailable);
+}
+
+TEST(Gpu, SharesPreferPartiallyUsedGpus) {
+  ResourceBook book({host(8, {0, 1, 2})});
+  book.reserve("a", {bundle(0, 1), bundle(0, 0.5)}, Strategy::kPack);  // GPU 0 whole, GPU 1 half
+  auto ps = book.reserve("b", {bundle(0, 0.25)}, Strategy::kPack);
+  EXPECT_EQ(gpus_of(ps), (std::vector<std::vector<int>>{{1}}));
+}
+
+TEST(Gpu, WholeRequestsExcludePartiallyUsedGpus) {
+  ResourceBook book({host(8, {0, 1, 2})});
+  book.reserve("frac", {bundle(1, 0.25)}, Strategy::kPack);
+  auto whole = book.reserve("whole", {bundle(1, 2)}, Strategy::kPack);
+  EXPECT_EQ(gpus_of(whole), (std::vector<std::vector<int>>{{1, 2}}));
+  EXPECT_DOUBLE_EQ(whole[0].gpu_share, 1.0);
+  std::string msg = error_of([&] { book.reserve("more", {bundle(1, 1)}, Strategy::kPack); },
+                             ErrorCode::kResourceUnavailable);
+  EXPECT_HAS(msg, ("GPU 0.75/3 [0:0.75 1:0 2:0]"));
+}
+
+TEST(ResourceBook, OnlyHost) {
+  ResourceBook book({host(4, {0}), host(4, {0}), host(4, {0})});
+  auto ps = book.reserve("per-host", many(2, bundle(1)), Strategy::kSpread, 2);
+  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{2, 2}));
+  std::string msg = error_of([&] { book.reserve("x", many(2, bundle(1, 1)), Strategy::kPack, 1); },
+                             ErrorCode::kResourceUnavailable);
+  EXPECT_HAS(msg, ("with PACK on host-1 only;"));
+  EXPECT_HAS(msg, (": host-1 free {CPU 4/4, GPU 1/1}"));
+  EXPECT_EQ(msg.find("host-0"), std::string::npos);
+  error_of([&] { book.reserve("y", many(2, bundle(1)), Strategy::kStrictSpread, 0); },
+           ErrorCode::kResourceUnavailable);
+  error_of([&] { book.reserve("z", many(1, bundle(1)), Strategy::kPack, 3); },
+           ErrorCode::kInvalidArgument);
+}
+
+TEST(ResourceBook, Labels) {
+  ResourceBook book({host(4, {}, 0, {{"zone", "a"}}), host(4, {}, 0, {{"zone", "b"}})});
+  BundleRequest b = bundle(1);
+  b.labels = {{"zone", "b"}};
+  EXPECT_EQ(hosts_of(book.reserve("pg", many(3, b), Strategy::kSpread)),
+            (std::vector<size_t>{1, 1, 1}));
+  b.labels = {{"zone", "c"}};
+  std::string msg =
+      error_of([&] { book.reserve("pg2", {b}, Strategy::kPack); }, ErrorCode::kResourceUnavailable);
+  EXPECT_HAS(msg, ("{CPU 1, labels {zone=c}}"));
+  EXPECT_HAS(msg, ("host-0 free {CPU 4/4} labels {zone=a}"));
+}
+
+TEST(ResourceBook, Memory) {
+  ResourceBook book({host(4, {}), host(4, {}, int64_t{16} << 30)});
+  auto ps = book.reserve("pg", {bundle(1, 0, int64_t{10} << 30)}, Strategy::kPack);
+  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{1}));  // unknown memory never fits a request
+  EXPECT_EQ(book.free_resources(1).memory_bytes, int64_t{6} << 30);
+  std::string msg =
+      error_of([&] { book.reserve("pg2", {bundle(1, 0, int64_t{8} << 30)}, Strategy::kPack); },
+               ErrorCode::kResourceUnavailable);
+  EXPECT_HAS(msg, ("{CPU 1, memory 8 GiB}"));
+  EXPECT_HAS(msg, ("host-1 free {CPU 3/4, memory 6 GiB/16 GiB}"));
+  // No memory request fits a host of unknown memory.
+  EXPECT_EQ(hosts_of(book.reserve("pg3", {bundle(1)}, Strategy::kPack)), (std::vector<size_t>{0}));
+}
+
+TEST(ResourceBook, DeadHostsSkipped) {
+  ResourceBook book({host(2, {0}), host(2, {0})});
+  book.set_host_alive(0, false);
+  EXPECT_EQ(hosts_of(book.reserve("pg", {bundle(1, 1)}, Strategy::kPack)),
+            (std::vector<size_t>{1}));
+  std::string msg = error_of([&] { book.reserve("pg2", {bundle(1, 1)}, Strategy::kPack); },
+                             ErrorCode::kResourceUnavailable);
+  EXPECT_HAS(msg, ("host-0 free {CPU 2/2, GPU 1/1} (dead)"));
+  book.set_host_alive(0, true);
+  EXPECT_EQ(hosts_of(book.reserve("pg2", {bundle(1, 1)}, Strategy::kPack)),
+            (std::vector<size_t>{0}));
+  error_of([&] { book.set_host_alive(2, true); }, ErrorCode::kInvalidArgument);
+}
+
+TEST(ResourceBook, InvalidRequests) {
+  ResourceBook book({host(8, {0, 1, 2, 3})});
+  std::string msg = error_of([&] { book.reserve("pg", {bundle(1, 1.5)}, Strategy::kPack); },
+                             ErrorCode::kInvalidArgument);
+  EXPECT_HAS(msg, ("fractional GPU shares must be < 1, whole numbers otherwise"));
+  error_of([&] { book.reserve("pg", {bundle(1, -0.5)}, Strategy::kPack); },
+           ErrorCode::kInvalidArgument);
+  error_of([&] { book.reserve("pg", {bundle(-1)}, Strategy::kPack); }, ErrorCode::kInvalidArgument);
+  error_of([&] { book.reserve("pg", {bundle(1, 0, -1)}, Strategy::kPack); },
+           ErrorCode::kInvalidArgument);
+  error_of([&] { book.reserve("pg", {}, Strategy::kPack); }, ErrorCode::kInvalidArgument);
+  error_of([&] { book.reserve("", {bundle(1)}, Strategy::kPack); }, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(book.group_count(), 0u);
+  // 2.0 GPUs is whole and fine.
+  EXPECT_EQ(gpus_of(book.reserve("pg", {bundle(1, 2.0)}, Strategy::kPack)),
+            (std::vector<std::vector<int>>{{0, 1}}));
+}
+
+TEST(ResourceBook, DuplicateGroupId) {
+  ResourceBook book({host(8, {})});
+  book.reserve("pg", {bundle(1)}, Strategy::kPack);
+  std::string msg = error_of([&] { book.reserve("pg", {bundle(1)}, Strategy::kPack); },
+                             ErrorCode::kInvalidArgument);
+  EXPECT_HAS(msg, ("'pg' is already reserved"));
+  EXPECT_EQ(book.free_resources(0).cpus, 7);
+}
+
+TEST(ResourceBook, InvalidHosts) {
+  error_of([] { ResourceBook({host(1, {0, 0})}); }, ErrorCode::kInvalidArgument);
+  error_of([] { ResourceBook({host(-1, {})}); }, ErrorCode::kInvalidArgument);
+  ResourceBook book({host(1, {3, 1})});
+  EXPECT_EQ(book.hosts()[0].gpu_ids, (std::vector<int>{1, 3}));
+  EXPECT_EQ(book.hosts()[0].name, "host-0");
+}
+
+}  // namespace
+}  // namespace troupe::head
