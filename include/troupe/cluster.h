@@ -21,6 +21,7 @@
 
 #include "troupe/error.h"
 #include "troupe/future.h"
+#include "troupe/stream.h"
 #include "troupe/value.h"
 
 namespace troupe {
@@ -75,6 +76,9 @@ struct WorkerOptions {
   int num_gpus = 0;       // or: this many GPUs not used by another worker, chosen by the agent
   std::map<std::string, std::string> env;   // added to the worker's environment
   std::vector<std::string> launch_wrapper;  // command prefix, e.g. {"valgrind", "-q"}
+  // Ports reserved on the host (VirtualCluster) that this worker binds: the agent stops holding
+  // them just before the worker starts.
+  std::vector<int> ports;
   bool log_to_driver = true;
   std::chrono::milliseconds start_timeout{60000};
 };
@@ -114,6 +118,8 @@ class Worker {
     return Future<R>(call_value(method, kwargs).state());
   }
   Future<Value> call_value(const std::string& method, const Kwargs& kwargs) const;
+  // Calls a stream method (ClassBuilder::stream_method); items arrive in the returned stream.
+  ValueStream call_stream(const std::string& method, const Kwargs& kwargs = {}) const;
 
   // Stops the process (SIGTERM to its process group, SIGKILL after `grace`). Blocks until it is
   // gone. Pending calls fail with kWorkerDied.

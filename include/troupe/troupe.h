@@ -5,8 +5,11 @@
 #include "troupe/error.h"
 #include "troupe/future.h"
 #include "troupe/named_sharding.h"
+#include "troupe/stream.h"
 #include "troupe/value.h"
+#include "troupe/virtual_cluster.h"
 #include "troupe/worker_class.h"
+#include "troupe/worker_group.h"
 
 namespace troupe {
 

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -29,6 +30,37 @@
 #include "troupe/value.h"
 
 namespace troupe {
+
+// How one worker of a class is started. A WorkerBuilder fills it from the caller's options, then
+// the class's defaults and configure hook may change it, then the worker group sets placement.
+struct WorkerConfig {
+  double num_cpus = 1;
+  double num_gpus = 0;
+  std::map<std::string, std::string> env;
+  Kwargs args;                              // constructor arguments
+  std::vector<std::string> launch_wrapper;  // command prefix, e.g. {"nsys", "profile"}
+
+  // Read-only context for the configure hook:
+  std::string worker_name;
+  // Set only for the model owner of a tied group: (placement group index, bundle indices).
+  std::optional<std::pair<size_t, std::vector<size_t>>> bundle_indices;
+};
+
+// The sending end of a streamed reply, passed as the first parameter of a stream method:
+//   void generate(troupe::StreamWriter& out, int n) { for (...) out.write(token); }
+// Each write sends one item to the caller at once. Used on the worker's thread only.
+class StreamWriter {
+ public:
+  explicit StreamWriter(std::function<void(Value)> sink) : sink_(std::move(sink)) {}
+  template <typename T>
+  void write(const T& item) {
+    sink_(to_value(item));
+  }
+
+ private:
+  std::function<void(Value)> sink_;
+};
+
 namespace detail {
 
 // `where` in the signatures below is the caller-facing description of the call site, such as
@@ -37,13 +69,19 @@ struct MethodInfo {
   std::string name;
   std::vector<std::string> params;
   std::vector<std::string> param_types;
-  // Binds `kwargs` to the parameters and calls the method on `object`. Throws Error for argument
-  // problems; exceptions thrown by the method itself propagate unchanged.
-  std::function<Value(void* object, const Map& kwargs, const std::string& where)> invoke;
+  bool streaming = false;
+  // Binds `kwargs` to the parameters and calls the method on `object`; a streaming method writes
+  // its items to `stream` (never null for one). Throws Error for argument problems; exceptions
+  // thrown by the method itself propagate unchanged.
+  std::function<Value(void* object, const Map& kwargs, const std::string& where,
+                      StreamWriter* stream)>
+      invoke;
 };
 
 struct ClassInfo {
   std::string name;
+  // Applied by WorkerBuilder over the caller's options; may be empty.
+  std::function<void(WorkerConfig&)> configure;
   std::vector<std::string> ctor_params;
   std::function<std::shared_ptr<void>(const Map& kwargs, const std::string& where)> construct;
   std::map<std::string, MethodInfo> methods;
@@ -141,6 +179,43 @@ class ClassBuilder {
         std::move(params));
   }
 
+  // A hook that adjusts how every worker of this class starts (resources, environment,
+  // constructor arguments, launch wrapper), e.g. from the bundle indices of a tied group's model
+  // owner. It overrides the caller's options (each override is logged as a warning) and is
+  // overridden by the placement the worker group sets.
+  ClassBuilder& configure(std::function<void(WorkerConfig&)> hook) {
+    info_.configure = std::move(hook);
+    return *this;
+  }
+
+  // A method whose first parameter is a StreamWriter&: it streams items to the caller, then
+  // returns its result (which ends the stream). Call it with Worker::call_stream.
+  template <typename R, typename... A>
+  ClassBuilder& stream_method(const std::string& name, R (C::*fn)(StreamWriter&, A...),
+                              std::vector<std::string> params = {}) {
+    detail::check_param_count("method " + info_.name + "." + name, sizeof...(A), params.size());
+    detail::MethodInfo m;
+    m.name = name;
+    m.params = params;
+    m.param_types = {type_name<A>()...};
+    m.streaming = true;
+    m.invoke = [fn, params](void* object, const Map& kwargs, const std::string& where,
+                            StreamWriter* stream) -> Value {
+      auto args = detail::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
+      C& self = *static_cast<C*>(object);
+      if constexpr (std::is_void_v<R>) {
+        std::apply([&](auto&&... a) { (self.*fn)(*stream, std::move(a)...); }, std::move(args));
+        return Value();
+      } else {
+        return to_value(
+            std::apply([&](auto&&... a) -> R { return (self.*fn)(*stream, std::move(a)...); },
+                       std::move(args)));
+      }
+    };
+    info_.methods[name] = std::move(m);
+    return *this;
+  }
+
   detail::ClassInfo release() { return std::move(info_); }
 
  private:
@@ -151,7 +226,8 @@ class ClassBuilder {
     m.name = name;
     m.params = params;
     m.param_types = {type_name<A>()...};
-    m.invoke = [call, params](void* object, const Map& kwargs, const std::string& where) -> Value {
+    m.invoke = [call, params](void* object, const Map& kwargs, const std::string& where,
+                              StreamWriter*) -> Value {
       auto args = detail::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
       C& self = *static_cast<C*>(object);
       if constexpr (std::is_void_v<R>) {

@@ -10,6 +10,7 @@
 #include <asio/steady_timer.hpp>
 #include <fstream>
 
+#include "agent/port_book.h"
 #include "agent/worker_process.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -43,6 +44,17 @@ std::string machine_id() {
   return id;
 }
 
+int64_t total_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  while (f >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024;
+    f.ignore(256, '\n');
+  }
+  return 0;
+}
+
 Map status_value(const std::string& name, pid_t pid, const process::ExitStatus& s,
                  const std::vector<std::string>& tail) {
   Array lines(tail.begin(), tail.end());
@@ -63,7 +75,8 @@ T arg_or(const Map& kwargs, const char* key, T fallback) {
 
 class Agent {
  public:
-  explicit Agent(AgentConfig config) : config_(std::move(config)), signals_(io_) {}
+  explicit Agent(AgentConfig config)
+      : config_(std::move(config)), signals_(io_), ports_(config_.address) {}
 
   int run() {
     log::set_role("agent:" + config_.host_name);
@@ -137,7 +150,8 @@ class Agent {
                                            {"unix", unix_listener_->endpoint()},
                                            {"tcp", tcp_listener_->endpoint()},
                                            {"pid", static_cast<int64_t>(::getpid())},
-                                           {"machine_id", machine_id()}})
+                                           {"machine_id", machine_id()},
+                                           {"memory_bytes", total_memory_bytes()}})
               .then([this](const Future<Value>& f) {
                 if (auto e = f.error()) {
                   TROUPE_LOG(Error) << "the head refused registration: " << e->message();
@@ -169,9 +183,19 @@ class Agent {
         return begin_shutdown(0);
       }
       if (r.method == "ping") return resp.reply(config_.host_name);
+      if (r.method == "reserve_ports") {
+        auto ports = ports_.reserve(
+            arg_or<std::string>(r.kwargs, "owner", ""), arg_or<int>(r.kwargs, "count", 1),
+            arg_or<int>(r.kwargs, "lo", 1400), arg_or<int>(r.kwargs, "hi", 2000));
+        return resp.reply(to_value(ports));
+      }
+      if (r.method == "release_ports")
+        return resp.reply(
+            static_cast<int64_t>(ports_.release(arg_or<std::string>(r.kwargs, "owner", ""))));
       resp.fail(Error(ErrorCode::kUnknownMethod,
                       "agent " + config_.host_name + " has no method '" + r.method +
-                          "' (start_worker, stop_worker, list_workers, shutdown, ping)"));
+                          "' (start_worker, stop_worker, list_workers, reserve_ports, "
+                          "release_ports, shutdown, ping)"));
     } catch (const Error& e) {
       resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
                       "agent " + config_.host_name + ": " + r.method + ": " + e.message()));
@@ -224,7 +248,9 @@ class Agent {
 
     auto vars = env::current();
     for (auto it = vars.begin(); it != vars.end();)
-      it = it->first.rfind("TROUPE_", 0) == 0 ? vars.erase(it) : std::next(it);
+      it = it->first.rfind("TROUPE_", 0) == 0 || env::is_launcher_variable(it->first)
+               ? vars.erase(it)
+               : std::next(it);
     for (const auto& [k, v] : arg_or<std::map<std::string, std::string>>(kwargs, "env", {}))
       vars[k] = v;
     std::string cuda;
@@ -270,6 +296,7 @@ class Agent {
       }
       worker_exited(name, proc, s);
     };
+    ports_.take(arg_or<std::vector<int>>(kwargs, "take_ports", {}));
     proc->start(on_ready, on_exit);  // throws kExecutableNotFound
     workers_[name] = RunningWorker{proc, gpus, {}, std::nullopt};
     timer->async_wait([this, resp, proc, name, answered, timeout](const asio::error_code& ec) {
@@ -363,6 +390,7 @@ class Agent {
   std::shared_ptr<transport::RpcPeer> head_;
   std::set<std::weak_ptr<transport::RpcPeer>, std::owner_less<>> clients_;
   std::map<std::string, RunningWorker> workers_;
+  PortBook ports_;
   int next_socket_ = 0;
   bool shutting_down_ = false;
   int exit_code_ = 0;

@@ -6,6 +6,9 @@
 //                 start_timeout_ms}          -> {pid, unix, tcp, gpus}
 //   stop_worker  {name, grace_ms}            -> {status}   (after the process is reaped)
 //   list_workers {}                          -> [{name, pid, alive}]
+//   reserve_ports {owner, count, lo, hi}     -> [port]   (see port_book.h)
+//   release_ports {owner}                    -> count
+//   (start_worker also takes take_ports: [port], released to the worker just before it starts)
 //   shutdown     {}                          -> nil, then every worker is stopped and it exits
 // Events it sends to every connected client:
 //   worker_exited {name, pid, status, exit_code, signal, stderr_tail}

@@ -32,6 +32,34 @@ class DemoWorker {
   int rank_;
 };
 
+// A worker of a dp x tp group: reports the shard it received and its place in the mesh.
+class DemoShard {
+ public:
+  std::string shard(std::vector<int64_t> batch, std::string step) {
+    int64_t s = 0;
+    for (auto v : batch) s += v;
+    return std::string(std::getenv("TROUPE_WORKER_NAME") ? std::getenv("TROUPE_WORKER_NAME")
+                                                         : "?") +
+           " RANK=" + env("RANK") + " on " + env("TROUPE_HOST_NAME") + " GPU " +
+           env("CUDA_VISIBLE_DEVICES") + ": " + step + " got batch sum " + std::to_string(s);
+  }
+  std::string replicated(std::string weights_version) {
+    return "RANK " + env("RANK") + " loaded " + weights_version + " (MASTER " + env("MASTER_ADDR") +
+           ":" + env("MASTER_PORT") + ")";
+  }
+
+ private:
+  static std::string env(const char* name) {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  }
+};
+
+TROUPE_WORKER_CLASS(DemoShard, cls) {
+  cls.method("shard", &DemoShard::shard, {"batch", "step"});
+  cls.method("replicated", &DemoShard::replicated, {"weights_version"});
+}
+
 TROUPE_WORKER_CLASS(DemoWorker, cls) {
   cls.constructor<int>({"rank"});
   cls.method("whoami", &DemoWorker::whoami);
@@ -53,7 +81,8 @@ int run_demo(int argc, char** argv) {
     if (std::string(argv[i]) == "--hosts") hosts = std::strtoul(argv[i + 1], nullptr, 10);
   try {
     auto t0 = std::chrono::steady_clock::now();
-    Cluster cluster(ClusterOptions::local(hosts, /*gpus_per_host=*/2, /*cpus_per_host=*/2));
+    ClusterOptions options = ClusterOptions::local(hosts, /*gpus_per_host=*/2, /*cpus_per_host=*/4);
+    Cluster cluster(options);
     std::printf("embedded cluster with %zu hosts up in %.1f ms (session %s)\n", hosts, ms_since(t0),
                 cluster.session_dir().c_str());
     for (const auto& h : cluster.hosts())
@@ -100,6 +129,40 @@ int run_demo(int argc, char** argv) {
     double rate = pending.size() / (ms_since(t0) / 1000.0);
     std::printf("no-op call round trip: %.1f us; pipelined over %zu workers: %.0f calls/s\n",
                 sync_us, workers.size(), rate);
+
+    // A 2 x 2 (dp, tp) worker group on 2 hosts, one GPU bundle per worker.
+    t0 = std::chrono::steady_clock::now();
+    VirtualClusterOptions vco;
+    vco.bundle_ct_per_node_list = std::vector<size_t>(hosts, 2 * 2 / hosts);
+    vco.num_gpus_per_node = 2;
+    vco.max_colocated_worker_groups = 2;  // shares the GPUs with the workers above
+    VirtualCluster vc(cluster, vco);
+    WorkerGroupOptions wgo;
+    wgo.name_prefix = "policy";
+    wgo.sharding = NamedSharding::from_shape({"dp", "tp"}, {2, 2});
+    WorkerGroup group(vc, WorkerBuilder("DemoShard"), wgo);
+    std::printf("worker group of %zu (dp=%zu x tp=2) up in %.1f ms\n", group.workers().size(),
+                group.dp_size(), ms_since(t0));
+    ShardedCallOptions sharded;
+    sharded.in_sharded_axes = {"dp"};
+    sharded.replicate_on_axes = {"tp"};
+    sharded.common_kwargs = {{"step", "step-1"}};
+    auto f = group.run_all_workers_sharded_data(
+        "shard", {{"batch", Array{Array{1, 2, 3}, Array{10, 20, 30}}}}, sharded);
+    std::printf("sharded call (batch split over dp, replicated over tp):\n");
+    for (const auto& r : group.get_all_worker_results(f))
+      std::printf("  %s\n", r.as_string().c_str());
+    auto g = group.run_all_workers_single_data("replicated", {{"weights_version", "v7"}});
+    std::printf("replicated call (same value to every worker, encoded once):\n");
+    for (const auto& r : group.get_all_worker_results(g))
+      std::printf("  %s\n", r.as_string().c_str());
+    sharded.output_is_replicated = {"tp"};
+    auto h = group.run_all_workers_sharded_data(
+        "shard", {{"batch", Array{Array{1, 2, 3}, Array{10, 20, 30}}}}, sharded);
+    std::printf("with output_is_replicated=[tp], one result per dp shard: %zu results\n",
+                group.get_all_worker_results(h).size());
+    group.shutdown();
+    vc.shutdown();
 
     t0 = std::chrono::steady_clock::now();
     cluster.shutdown();

@@ -227,6 +227,7 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
               {"gpus", to_value(options.gpus)},
               {"num_gpus", options.num_gpus},
               {"wrapper", to_value(options.launch_wrapper)},
+              {"take_ports", to_value(options.ports)},
               {"log_to_terminal", options.log_to_driver},
               {"start_timeout_ms", static_cast<int64_t>(options.start_timeout.count())}};
   if (auto it = options_.executables.find(options.class_name); it != options_.executables.end()) {

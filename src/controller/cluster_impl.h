@@ -31,6 +31,9 @@ class ClusterImpl {
   const std::string& session_dir() const { return session_dir_; }
   const std::string& token() const { return token_; }
   transport::IoLoop& loop() { return *loop_; }
+  head::Head& head() { return *head_; }
+  // The control connection to the agent of `host`.
+  std::shared_ptr<transport::RpcPeer> agent(size_t host) const { return agents_.at(host).peer; }
   void shutdown();
   // Stops one worker through its agent and waits until it is gone.
   static void stop_worker(const std::shared_ptr<WorkerState>& worker,

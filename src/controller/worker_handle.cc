@@ -55,20 +55,39 @@ Error WorkerState::death_error(const std::string& cause) const {
   return Error(ErrorCode::kWorkerDied, describe_locked() + " died: " + cause);
 }
 
-Future<Value> WorkerState::call(const std::string& method, const Kwargs& kwargs) {
+Future<Value> WorkerState::call(const std::string& method, const Kwargs& kwargs,
+                                transport::RpcPeer::StreamHandler on_item) {
+  return submit({method, kwargs, nullptr, std::move(on_item), nullptr});
+}
+
+Future<Value> WorkerState::call_encoded(const std::string& method,
+                                        std::shared_ptr<const wire::EncodedKwargs> kwargs,
+                                        transport::RpcPeer::StreamHandler on_item) {
+  return submit({method, {}, std::move(kwargs), std::move(on_item), nullptr});
+}
+
+Future<Value> WorkerState::submit(QueuedCall call) {
   std::shared_ptr<transport::RpcPeer> peer;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ == Status::kDead) return make_failed_future(*death_);
-    if (status_ == Status::kStarting) {
-      auto state =
-          std::make_shared<detail::FutureState>("method '" + method + "' of " + describe_locked());
-      queued_.push_back({method, kwargs, state});
-      return Future<Value>(state);
+    if (status_ != Status::kReady) {
+      call.state = std::make_shared<detail::FutureState>("method '" + call.method + "' of " +
+                                                         describe_locked());
+      auto future = Future<Value>(call.state);
+      if (status_ == Status::kDying)
+        orphans_.push_back(call.state);
+      else
+        queued_.push_back(std::move(call));
+      return future;
     }
     peer = peer_;
   }
-  return peer->call(method, kwargs, "method '" + method + "' of worker '" + name_ + "'");
+  std::string context = "method '" + call.method + "' of worker '" + name_ + "'";
+  if (call.encoded)
+    return peer->call_encoded(call.method, *call.encoded, std::move(context),
+                              std::move(call.on_item));
+  return peer->call(call.method, call.kwargs, std::move(context), std::move(call.on_item));
 }
 
 void WorkerState::on_started(pid_t pid, std::vector<int> gpus, std::string log_path) {
@@ -110,7 +129,8 @@ void WorkerState::on_connected(std::shared_ptr<transport::RpcPeer> peer, const K
         ready->set_value(Value());
     });
     for (auto& q : queued_) {
-      auto f = peer->call(q.method, q.kwargs, q.state->context());
+      auto f = q.encoded ? peer->call_encoded(q.method, *q.encoded, q.state->context(), q.on_item)
+                         : peer->call(q.method, q.kwargs, q.state->context(), q.on_item);
       f.then([state = q.state](const Future<Value>& done) {
         if (auto e = done.error())
           state->set_error(*e);
@@ -190,6 +210,26 @@ bool Worker::alive() const { return state_->alive(); }
 
 Future<Value> Worker::call_value(const std::string& method, const Kwargs& kwargs) const {
   return state_->call(method, kwargs);
+}
+
+ValueStream Worker::call_stream(const std::string& method, const Kwargs& kwargs) const {
+  auto state = std::make_shared<ValueStream::State>();
+  auto on_item = [state](Value item) {
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      state->items.push_back(std::move(item));
+    }
+    state->cv.notify_all();
+  };
+  Future<Value> done = state_->call(method, kwargs, on_item);
+  done.then([state](const Future<Value>&) {
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      state->ended = true;
+    }
+    state->cv.notify_all();
+  });
+  return ValueStream(state, done);
 }
 
 void Worker::stop(std::chrono::milliseconds grace) const {

@@ -43,8 +43,14 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   Future<void> ready() const { return Future<void>(ready_); }
   std::string log_path() const;
 
-  // Sends the call now, queues it while starting, or fails it when dead.
-  Future<Value> call(const std::string& method, const Kwargs& kwargs);
+  // Sends the call now, queues it while starting, or fails it when dead. `on_item` receives
+  // streamed items (I/O thread).
+  Future<Value> call(const std::string& method, const Kwargs& kwargs,
+                     transport::RpcPeer::StreamHandler on_item = nullptr);
+  // The same with arguments encoded once for many workers.
+  Future<Value> call_encoded(const std::string& method,
+                             std::shared_ptr<const wire::EncodedKwargs> kwargs,
+                             transport::RpcPeer::StreamHandler on_item = nullptr);
 
   // The agent started the process (I/O thread).
   void on_started(pid_t pid, std::vector<int> gpus, std::string log_path);
@@ -70,8 +76,11 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   struct QueuedCall {
     std::string method;
     Kwargs kwargs;
+    std::shared_ptr<const wire::EncodedKwargs> encoded;  // used instead of kwargs when set
+    transport::RpcPeer::StreamHandler on_item;
     std::shared_ptr<detail::FutureState> state;
   };
+  Future<Value> submit(QueuedCall call);
   std::string describe_locked() const;
 
   const std::string name_, class_name_;

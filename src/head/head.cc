@@ -43,6 +43,7 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
         if (k == "tcp") rec.tcp_endpoint = v.as<std::string>();
         if (k == "pid") rec.agent_pid = v.as<int>();
         if (k == "machine_id") rec.machine_id = v.as<std::string>();
+        if (k == "memory_bytes") rec.memory_bytes = v.as<int64_t>();
       }
     } catch (const Error& e) {
       resp.fail(Error(ErrorCode::kInvalidArgument, "register_agent: " + e.message()));
@@ -75,6 +76,8 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       std::lock_guard<std::mutex> lock(mu_);
       if (*index < 0 || *index >= static_cast<int>(hosts_.size())) return;
       hosts_[*index].alive = false;
+      if (book_ && static_cast<size_t>(*index) < book_->hosts().size())
+        book_->set_host_alive(*index, false);
       rec = hosts_[*index];
       callback = on_host_lost_;
     }
@@ -112,6 +115,37 @@ std::vector<HostRecord> Head::hosts() const {
 void Head::set_on_host_lost(std::function<void(const HostRecord&)> callback) {
   std::lock_guard<std::mutex> lock(mu_);
   on_host_lost_ = std::move(callback);
+}
+
+}  // namespace troupe::head
+
+namespace troupe::head {
+
+std::vector<BundlePlacement> Head::reserve(const std::string& group_id,
+                                           const std::vector<BundleRequest>& bundles,
+                                           Strategy strategy, std::optional<size_t> only_host) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!book_) {
+    std::vector<HostCapacity> capacity;
+    for (const auto& h : hosts_)
+      capacity.push_back(
+          HostCapacity{h.host_name, h.num_cpus, h.gpu_ids, h.memory_bytes, h.labels, h.alive});
+    book_ = std::make_unique<ResourceBook>(std::move(capacity));
+  }
+  return book_->reserve(group_id, bundles, strategy, only_host);
+}
+
+bool Head::release(const std::string& group_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return book_ && book_->release(group_id);
+}
+
+std::vector<std::string> Head::describe_free() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  if (book_)
+    for (size_t i = 0; i < book_->hosts().size(); ++i) out.push_back(book_->describe_free(i));
+  return out;
 }
 
 }  // namespace troupe::head

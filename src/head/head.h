@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "head/placement.h"
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
 #include "troupe/future.h"
@@ -33,6 +34,7 @@ struct HostRecord {
   std::string tcp_endpoint;
   pid_t agent_pid = 0;
   std::string machine_id;
+  int64_t memory_bytes = 0;
   bool alive = true;
 };
 
@@ -48,6 +50,15 @@ class Head {
   void wait_for_hosts(size_t count, Clock::time_point deadline,
                       const std::function<std::string()>& abort);
   std::vector<HostRecord> hosts() const;
+  // Reserves placement-group bundles, all or nothing (see placement.h). The book of resources
+  // is made from the hosts registered at the first reservation. Throws Error.
+  std::vector<BundlePlacement> reserve(const std::string& group_id,
+                                       const std::vector<BundleRequest>& bundles, Strategy strategy,
+                                       std::optional<size_t> only_host);
+  // Frees a reservation; idempotent.
+  bool release(const std::string& group_id);
+  // Free resources of every host, one line each.
+  std::vector<std::string> describe_free() const;
   // Called (on the I/O thread) when an agent's connection closes.
   void set_on_host_lost(std::function<void(const HostRecord&)> callback);
   void close();
@@ -60,6 +71,7 @@ class Head {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<HostRecord> hosts_;
+  std::unique_ptr<ResourceBook> book_;  // created at the first reservation
   std::vector<std::shared_ptr<transport::RpcPeer>> agents_;
   std::function<void(const HostRecord&)> on_host_lost_;
 };

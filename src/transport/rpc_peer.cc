@@ -149,9 +149,12 @@ void RpcPeer::on_frame(wire::Frame&& frame) {
       }
       return;
     }
-    case wire::FrameKind::kEvent:
-      if (handlers_.on_event) handlers_.on_event(wire::decode_event(frame));
+    case wire::FrameKind::kEvent: {
+      // Decoded even when nobody listens: a malformed event closes the connection either way.
+      wire::Event event = wire::decode_event(frame);
+      if (handlers_.on_event) handlers_.on_event(std::move(event));
       return;
+    }
     default:
       throw Error(ErrorCode::kProtocol,
                   std::string("unexpected ") + wire::kind_name(frame.kind) + " frame");

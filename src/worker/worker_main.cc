@@ -65,7 +65,12 @@ class WorkerServer {
     }
     std::string where = "method '" + m + "' of worker '" + name_ + "' (class " + class_->name + ")";
     try {
-      responder.reply(it->second.invoke(object_.get(), request.kwargs, where));
+      if (it->second.streaming) {
+        StreamWriter stream([&responder](Value item) { responder.stream_item(item); });
+        responder.reply(it->second.invoke(object_.get(), request.kwargs, where, &stream));
+      } else {
+        responder.reply(it->second.invoke(object_.get(), request.kwargs, where, nullptr));
+      }
     } catch (const Error& e) {
       responder.fail(e.code() == ErrorCode::kInvalidArgument
                          ? e

@@ -1,0 +1,198 @@
+// WorkerBuilder, WorkerGroup and sharded dispatch (the reference design's RayWorkerBuilder and
+// RayWorkerGroup).
+//
+//   troupe::WorkerGroup group(vc, troupe::WorkerBuilder("Policy", {{"lr", 1e-4}}),
+//                             {.name_prefix = "policy",
+//                              .sharding = troupe::NamedSharding::from_shape({"dp", "tp"}, {2,
+//                              2})});
+//   auto f = group.run_all_workers_sharded_data(
+//       "train", {{"batch", troupe::Array{shard0, shard1}}}, {.in_sharded_axes = {"dp"},
+//                                                            .replicate_on_axes = {"tp"},
+//                                                            .output_is_replicated = {"tp"}});
+//   std::vector<troupe::Value> losses = group.get_all_worker_results(f);  // one per dp shard
+//
+// Worker i of a group has rank i in the group's NamedSharding. Workers start in parallel, one
+// per bundle, with the environment of distributed frameworks: RANK, LOCAL_RANK, WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT, NODE_RANK, AVAILABLE_ADDR_LIST, AVAILABLE_PORT_LIST and
+// TROUPE_WORKER_GROUP.
+//
+// Invariants (cited by tests):
+//   WG-1 every worker of a group sees the same MASTER_ADDR and MASTER_PORT, and no other group
+//        on the same VirtualCluster gets that port.
+//   WG-2 get_all_worker_results returns results in return_from_workers order, one per worker
+//        listed there that was called.
+//   WG-3 a dead worker's pending calls complete with kWorkerDied; other workers' calls go on.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "troupe/cluster.h"
+#include "troupe/future.h"
+#include "troupe/named_sharding.h"
+#include "troupe/value.h"
+#include "troupe/virtual_cluster.h"
+#include "troupe/worker_class.h"
+
+namespace troupe {
+
+// What to start: a class and its constructor arguments, plus the caller's options for every
+// worker built from it (the lowest precedence: the class's configure hook overrides them, the
+// group's placement overrides both).
+class WorkerBuilder {
+ public:
+  WorkerBuilder() = default;
+  WorkerBuilder(std::string class_name, Kwargs args = {}) {
+    defaults_.args = std::move(args);
+    class_name_ = std::move(class_name);
+  }
+  const std::string& class_name() const { return class_name_; }
+  // The caller's options; edit them before building workers.
+  WorkerConfig& options() { return defaults_; }
+  const WorkerConfig& options() const { return defaults_; }
+
+  // The configuration of one worker: the caller's options, then the class's configure hook
+  // (each change to a caller-set value is logged as a warning). `bundle_indices` is set for the
+  // model owner of a tied group. Throws Error(kUnknownClass) for a class not registered here.
+  WorkerConfig configure(
+      const std::string& worker_name,
+      std::optional<std::pair<size_t, std::vector<size_t>>> bundle_indices) const;
+
+ private:
+  std::string class_name_;
+  WorkerConfig defaults_;
+};
+
+// One entry of bundle_indices_list: a tied group of workers sharing one placement group's
+// bundles and one model owner (its first worker).
+using TiedGroup = std::pair<size_t, std::vector<size_t>>;  // (placement group, bundle indices)
+
+struct WorkerGroupOptions {
+  // Workers per node: none (every bundle), one number for every node, or one per placement group.
+  std::variant<std::monostate, size_t, std::vector<size_t>> workers_per_node;
+  std::string name_prefix = "worker";
+  // Tied groups; when set, workers_per_node is ignored.
+  std::optional<std::vector<TiedGroup>> bundle_indices_list;
+  // Rank i is worker i. Default: one axis "dp" over all workers.
+  std::optional<NamedSharding> sharding;
+  // Added to every worker's environment; overrides variables inherited from the driver.
+  std::map<std::string, std::string> env_vars;
+  // Worker indices of the DP leaders: an ascending subset of the tied-group leaders.
+  std::optional<std::vector<size_t>> dp_leader_worker_indices;
+  // Print a progress bar (on a terminal; plain lines otherwise) while workers start.
+  bool show_progress = true;
+  std::chrono::milliseconds start_timeout{120000};
+};
+
+struct WorkerMetadata {
+  size_t worker_index = 0;
+  std::string name;
+  size_t node_idx = 0;  // placement group index
+  size_t bundle_index = 0;
+  size_t host = 0;
+  int rank = 0;
+  int local_rank = 0;
+  size_t tied_group = 0;
+  bool model_owner = false;                 // first worker of its tied group
+  std::optional<TiedGroup> bundle_indices;  // set for model owners
+  std::vector<int> gpu_ids;
+};
+
+// The futures of one dispatch, with who was called and whose results count.
+class MultiWorkerFuture {
+ public:
+  MultiWorkerFuture() = default;
+  MultiWorkerFuture(std::vector<Future<Value>> futures, std::vector<size_t> called_workers,
+                    std::vector<size_t> return_from_workers)
+      : futures_(std::move(futures)),
+        called_workers_(std::move(called_workers)),
+        return_from_workers_(std::move(return_from_workers)) {}
+
+  // futures()[i] is the call to worker called_workers()[i].
+  const std::vector<Future<Value>>& futures() const { return futures_; }
+  const std::vector<size_t>& called_workers() const { return called_workers_; }
+  const std::vector<size_t>& return_from_workers() const { return return_from_workers_; }
+  // Blocks until every call completed or `timeout` passed; returns whether all did.
+  bool wait_for(std::chrono::milliseconds timeout) const;
+  // The results in return_from_workers order (WG-2). Throws the first failure, naming the
+  // worker; use results_or_errors() to get the others' results anyway.
+  std::vector<Value> get() const;
+  // Per entry of return_from_workers that was called: the value or the error.
+  std::vector<std::pair<size_t, std::variant<Value, Error>>> results_or_errors() const;
+
+ private:
+  std::vector<Future<Value>> futures_;
+  std::vector<size_t> called_workers_;
+  std::vector<size_t> return_from_workers_;
+};
+
+struct ShardedCallOptions {
+  // Axes along which the data is already split: data arguments are nested lists indexed by
+  // these axes, in this order.
+  std::vector<std::string> in_sharded_axes;
+  // Axes along which every worker gets the same data.
+  std::vector<std::string> replicate_on_axes;
+  // Axes along which the output is the same: only index 0 is returned.
+  std::vector<std::string> output_is_replicated;
+  // On free axes (neither sharded nor replicated) only index 0 receives data; with this, the
+  // others are called too, with nil for every data argument.
+  bool make_dummy_calls_to_free_axes = false;
+  // Passed unchanged to every called worker.
+  Kwargs common_kwargs;
+};
+
+namespace internal {
+class WorkerGroupImpl;
+}
+
+class WorkerGroup {
+ public:
+  // Validates the layout, reserves MASTER_PORT and the available ports, and starts every
+  // worker in parallel; blocks until all are ready. Throws Error(kInvalidArgument) for the
+  // reference's validation errors, and the first start failure otherwise (after stopping the
+  // workers that did start).
+  WorkerGroup(VirtualCluster& cluster, WorkerBuilder builder, WorkerGroupOptions options = {});
+  ~WorkerGroup();  // shutdown()
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
+
+  const std::string& name() const;
+  const std::vector<Worker>& workers() const;
+  const std::vector<WorkerMetadata>& worker_metadata() const;
+  const NamedSharding& sharding() const;
+  size_t dp_size() const;
+  // Throws Error(kInvalidArgument) when out of range.
+  size_t get_dp_leader_worker_idx(size_t dp_shard_idx) const;
+
+  Future<Value> run_single_worker_single_data(const std::string& method, size_t worker_idx,
+                                              const Kwargs& kwargs = {});
+  // Every data argument is a list with one element per called worker (the workers at index 0
+  // of every run_rank_0_only axis, in worker order); common_kwargs go to all of them.
+  MultiWorkerFuture run_all_workers_multiple_data(
+      const std::string& method, const Kwargs& data,
+      const std::vector<std::string>& run_rank_0_only_axes = {}, const Kwargs& common_kwargs = {});
+  // The same arguments to every called worker, encoded once.
+  MultiWorkerFuture run_all_workers_single_data(
+      const std::string& method, const Kwargs& kwargs = {},
+      const std::vector<std::string>& run_rank_0_only_axes = {});
+  MultiWorkerFuture run_all_workers_sharded_data(const std::string& method, const Kwargs& data,
+                                                 const ShardedCallOptions& options);
+  // Blocks for every result; see MultiWorkerFuture::get.
+  std::vector<Value> get_all_worker_results(const MultiWorkerFuture& future) const;
+
+  // Stops every worker: SIGTERM to each process group, SIGKILL after a grace period.
+  // Idempotent. Returns true when every worker stopped cleanly.
+  bool shutdown();
+
+ private:
+  std::unique_ptr<internal::WorkerGroupImpl> impl_;
+};
+
+}  // namespace troupe

@@ -1,0 +1,360 @@
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "common/log.h"
+#include "controller/worker_group_impl.h"
+
+namespace troupe {
+namespace internal {
+namespace {
+
+std::string python_list(const std::vector<std::string>& items, bool quote) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i)
+    out += (i ? ", " : "") + (quote ? "'" + items[i] + "'" : items[i]);
+  return out + "]";
+}
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Progress of a parallel start: a bar redrawn in place on a terminal, plain lines otherwise.
+class StartProgress {
+ public:
+  StartProgress(std::string what, size_t total, bool enabled)
+      : what_(std::move(what)), total_(total), enabled_(enabled), tty_(::isatty(2) == 1) {}
+  void update(size_t done) {
+    if (!enabled_) return;
+    if (tty_) {
+      const int width = 30;
+      int filled = total_ ? static_cast<int>(width * done / total_) : width;
+      std::fprintf(stderr, "\r%s [%s%s] %zu/%zu", what_.c_str(), std::string(filled, '#').c_str(),
+                   std::string(width - filled, ' ').c_str(), done, total_);
+      if (done == total_) std::fprintf(stderr, "\n");
+    } else if (done == total_ || done * 4 / std::max<size_t>(total_, 1) != last_quarter_) {
+      last_quarter_ = done * 4 / std::max<size_t>(total_, 1);
+      std::fprintf(stderr, "%s: %zu/%zu workers ready\n", what_.c_str(), done, total_);
+    }
+    std::fflush(stderr);
+  }
+
+ private:
+  std::string what_;
+  size_t total_;
+  bool enabled_, tty_;
+  size_t last_quarter_ = 0;
+};
+
+}  // namespace
+
+WorkerGroupImpl::WorkerGroupImpl(VirtualCluster& cluster, WorkerBuilder builder,
+                                 WorkerGroupOptions options)
+    : cluster_(cluster), builder_(std::move(builder)), options_(std::move(options)) {
+  name_ = options_.name_prefix;
+  std::vector<TiedGroup> groups = tied_groups();
+  size_t n = 0;
+  for (const auto& g : groups) n += g.second.size();
+  sharding_ = make_sharding(n);
+  start_workers(groups);
+  choose_dp_leaders();
+}
+
+WorkerGroupImpl::~WorkerGroupImpl() { shutdown(); }
+
+std::vector<TiedGroup> WorkerGroupImpl::tied_groups() const {
+  const auto& pgs = cluster_.get_placement_groups();
+  if (pgs.empty()) throw Error(ErrorCode::kInvalidArgument, "the virtual cluster is shut down");
+  if (options_.bundle_indices_list) {
+    const auto& list = *options_.bundle_indices_list;
+    if (list.empty()) throw Error(ErrorCode::kInvalidArgument, "bundle_indices_list is empty");
+    std::set<std::pair<size_t, size_t>> used;
+    for (size_t g = 0; g < list.size(); ++g) {
+      const auto& [pg, bundles] = list[g];
+      if (pg >= pgs.size())
+        throw Error(ErrorCode::kInvalidArgument,
+                    "bundle_indices_list[" + std::to_string(g) + "] names placement group " +
+                        std::to_string(pg) + ", but the cluster has " + std::to_string(pgs.size()));
+      if (bundles.empty())
+        throw Error(ErrorCode::kInvalidArgument,
+                    "bundle_indices_list[" + std::to_string(g) + "] has no bundles");
+      for (size_t b : bundles) {
+        if (b >= pgs[pg].bundle_count())
+          throw Error(ErrorCode::kInvalidArgument,
+                      "bundle_indices_list[" + std::to_string(g) + "] names bundle " +
+                          std::to_string(b) + " of placement group " + std::to_string(pg) +
+                          ", which has " + std::to_string(pgs[pg].bundle_count()) + " bundles");
+        if (!used.insert({pg, b}).second)
+          throw Error(ErrorCode::kInvalidArgument, "bundle " + std::to_string(b) +
+                                                       " of placement group " + std::to_string(pg) +
+                                                       " is in bundle_indices_list twice");
+      }
+    }
+    return list;
+  }
+  // Untied workers: every worker is a tied group of one.
+  std::vector<TiedGroup> out;
+  if (pgs.size() == 1 && cluster_.node_count() > 1) {
+    // A unified group: "nodes" are the hosts of its bundles, in bundle order.
+    std::vector<size_t> hosts;
+    std::map<size_t, std::vector<size_t>> by_host;
+    for (size_t b = 0; b < pgs[0].bundles.size(); ++b) {
+      size_t h = pgs[0].bundles[b].host;
+      if (!by_host.count(h)) hosts.push_back(h);
+      by_host[h].push_back(b);
+    }
+    std::vector<size_t> per_node(hosts.size());
+    for (size_t i = 0; i < hosts.size(); ++i) per_node[i] = by_host[hosts[i]].size();
+    if (auto* n = std::get_if<size_t>(&options_.workers_per_node))
+      per_node.assign(hosts.size(), *n);
+    if (auto* list = std::get_if<std::vector<size_t>>(&options_.workers_per_node)) {
+      if (list->size() != hosts.size())
+        throw Error(ErrorCode::kInvalidArgument,
+                    "workers_per_node has " + std::to_string(list->size()) +
+                        " entries, but the cluster's unified placement group spans " +
+                        std::to_string(hosts.size()) + " nodes");
+      per_node = *list;
+    }
+    for (size_t i = 0; i < hosts.size(); ++i) {
+      const auto& bundles = by_host[hosts[i]];
+      if (per_node[i] > bundles.size())
+        throw Error(ErrorCode::kInvalidArgument,
+                    "workers_per_node asks for " + std::to_string(per_node[i]) +
+                        " workers on node " + std::to_string(i) + ", which has " +
+                        std::to_string(bundles.size()) + " bundles");
+      for (size_t k = 0; k < per_node[i]; ++k) out.push_back({0, {bundles[k]}});
+    }
+    return out;
+  }
+  std::vector<size_t> per_pg(pgs.size());
+  for (size_t i = 0; i < pgs.size(); ++i) per_pg[i] = pgs[i].bundle_count();
+  if (auto* n = std::get_if<size_t>(&options_.workers_per_node)) per_pg.assign(pgs.size(), *n);
+  if (auto* list = std::get_if<std::vector<size_t>>(&options_.workers_per_node)) {
+    if (list->size() != pgs.size())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "workers_per_node has " + std::to_string(list->size()) +
+                      " entries, but the cluster has " + std::to_string(pgs.size()) +
+                      " placement groups");
+    per_pg = *list;
+  }
+  for (size_t pg = 0; pg < pgs.size(); ++pg) {
+    if (per_pg[pg] > pgs[pg].bundle_count())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "workers_per_node asks for " + std::to_string(per_pg[pg]) + " workers on node " +
+                      std::to_string(pg) + ", which has " + std::to_string(pgs[pg].bundle_count()) +
+                      " bundles");
+    for (size_t b = 0; b < per_pg[pg]; ++b) out.push_back({pg, {b}});
+  }
+  if (out.empty()) throw Error(ErrorCode::kInvalidArgument, "the worker group has no workers");
+  return out;
+}
+
+NamedSharding WorkerGroupImpl::make_sharding(size_t workers) const {
+  if (!options_.sharding) return NamedSharding::from_shape({"dp"}, {workers});
+  const NamedSharding& s = *options_.sharding;
+  if (s.size() != workers)
+    throw Error(ErrorCode::kInvalidArgument, "the sharding has " + std::to_string(s.size()) +
+                                                 " ranks but the group has " +
+                                                 std::to_string(workers) + " workers");
+  for (size_t r = 0; r < workers; ++r)
+    if (!s.contains(static_cast<int>(r)))
+      throw Error(ErrorCode::kInvalidArgument, "the sharding lacks rank " + std::to_string(r) +
+                                                   " (ranks must be the worker indices 0.." +
+                                                   std::to_string(workers - 1) + ")");
+  return s;
+}
+
+void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
+  const auto& pgs = cluster_.get_placement_groups();
+  std::vector<std::pair<size_t, size_t>> bundles;
+  for (const auto& [pg, list] : groups)
+    for (size_t b : list) bundles.emplace_back(pg, b);
+  const size_t world = bundles.size();
+  AddressAndPort master = cluster_.get_master_address_and_port();
+  std::vector<AddressAndPort> available = cluster_.get_available_addresses_and_ports_batch(bundles);
+  std::vector<std::string> addr_list, port_list;
+  for (const auto& a : available) {
+    addr_list.push_back(a.address);
+    port_list.push_back(std::to_string(a.port));
+  }
+  // NODE_RANK and LOCAL_RANK follow the hosts of the group's bundles in order.
+  std::map<size_t, int> node_rank, next_local;
+  for (const auto& [pg, b] : bundles) {
+    size_t host = pgs[pg].bundles[b].host;
+    if (!node_rank.count(host)) {
+      int next = static_cast<int>(node_rank.size());
+      node_rank[host] = next;
+    }
+  }
+
+  auto t0 = Clock::now();
+  Cluster& runtime = cluster_.runtime();
+  size_t rank = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& [pg, list] = groups[g];
+    for (size_t l = 0; l < list.size(); ++l, ++rank) {
+      const Bundle& bundle = pgs[pg].bundles[list[l]];
+      WorkerMetadata m;
+      m.worker_index = rank;
+      m.node_idx = pg;
+      m.bundle_index = list[l];
+      m.host = bundle.host;
+      m.rank = static_cast<int>(rank);
+      m.local_rank = next_local[bundle.host]++;
+      m.tied_group = g;
+      m.model_owner = l == 0;
+      if (m.model_owner) m.bundle_indices = groups[g];
+      m.gpu_ids = bundle.gpu_ids;
+      m.name = list.size() > 1 ? name_ + "-grp" + std::to_string(g) + "-" + std::to_string(l)
+                               : name_ + "-" + std::to_string(pg) + "-" + std::to_string(list[l]);
+
+      WorkerOptions o;
+      o.class_name = builder_.class_name();
+      o.host = bundle.host;
+      o.name = m.name;
+      o.gpus = bundle.gpu_ids;
+      o.start_timeout = options_.start_timeout;
+      // Precedence, lowest first: the caller's options (builder, group env_vars), the class's
+      // configure hook, then the placement below.
+      WorkerBuilder with_env = builder_;
+      for (const auto& [k, v] : options_.env_vars) with_env.options().env[k] = v;
+      WorkerConfig config = with_env.configure(m.name, m.bundle_indices);
+      o.args = config.args;
+      o.launch_wrapper = config.launch_wrapper;
+      o.env = config.env;
+      std::map<std::string, std::string> placement = {
+          {"RANK", std::to_string(rank)},
+          {"LOCAL_RANK", std::to_string(m.local_rank)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"NODE_RANK", std::to_string(node_rank[bundle.host])},
+          {"MASTER_ADDR", master.address},
+          {"MASTER_PORT", std::to_string(master.port)},
+          {"AVAILABLE_ADDR_LIST", python_list(addr_list, true)},
+          {"AVAILABLE_PORT_LIST", python_list(port_list, false)},
+          {"TROUPE_WORKER_GROUP", name_},
+      };
+      for (const auto& [k, v] : placement) {
+        auto it = o.env.find(k);
+        if (it != o.env.end() && it->second != v)
+          TROUPE_LOG(Warning) << "worker " << m.name << ": " << k << "=" << it->second
+                              << " is replaced by the group's placement (" << v << ")";
+        o.env[k] = v;
+      }
+      o.ports.push_back(available[rank].port);
+      if (rank == 0) o.ports.push_back(master.port);
+      metadata_.push_back(m);
+      workers_.push_back(runtime.start_worker(o));
+    }
+  }
+
+  StartProgress progress("Starting " + std::to_string(world) + " workers of " + name_, world,
+                         options_.show_progress);
+  progress.update(0);
+  std::optional<Error> failure;
+  size_t ready = 0;
+  auto deadline = t0 + options_.start_timeout + std::chrono::seconds(5);
+  for (auto& w : workers_) {
+    if (!w.ready().state()->wait_until(deadline)) {
+      failure =
+          Error(ErrorCode::kTimeout, "worker '" + w.name() + "' was not ready within " +
+                                         std::to_string(options_.start_timeout.count()) + " ms");
+      break;
+    }
+    if (auto e = w.ready().error()) {
+      failure = *e;
+      break;
+    }
+    progress.update(++ready);
+  }
+  if (failure) {
+    shutdown();
+    throw *failure;
+  }
+  if (options_.show_progress)
+    std::fprintf(stderr, "%zu workers initialized in %.2f s\n", world, seconds_since(t0));
+}
+
+void WorkerGroupImpl::choose_dp_leaders() {
+  std::vector<size_t> tied_leaders;
+  for (const auto& m : metadata_)
+    if (m.model_owner) tied_leaders.push_back(m.worker_index);
+  if (options_.dp_leader_worker_indices) {
+    const auto& want = *options_.dp_leader_worker_indices;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (i > 0 && want[i] <= want[i - 1])
+        throw Error(ErrorCode::kInvalidArgument,
+                    "dp_leader_worker_indices must be strictly ascending (" +
+                        std::to_string(want[i - 1]) + " then " + std::to_string(want[i]) + ")");
+      if (!std::binary_search(tied_leaders.begin(), tied_leaders.end(), want[i]))
+        throw Error(ErrorCode::kInvalidArgument,
+                    "dp_leader_worker_indices names worker " + std::to_string(want[i]) +
+                        ", which is not the first worker of a tied group");
+    }
+    dp_leaders_ = want;
+    return;
+  }
+  for (const char* axis : {"dp", "data_parallel"}) {
+    const auto& names = sharding_->names();
+    if (std::find(names.begin(), names.end(), axis) == names.end()) continue;
+    for (size_t i = 0; i < sharding_->get_axis_size(axis); ++i)
+      dp_leaders_.push_back(
+          static_cast<size_t>(sharding_->get_ranks_by_coord({{axis, static_cast<int>(i)}})[0]));
+    return;
+  }
+  dp_leaders_ = tied_leaders;
+}
+
+bool WorkerGroupImpl::shutdown() {
+  std::vector<Worker> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return true;
+    shut_down_ = true;
+    workers = workers_;
+  }
+  bool clean = true;
+  for (auto& w : workers) {
+    bool was_alive = w.alive();
+    w.stop();
+    clean = clean && was_alive;
+  }
+  return clean;
+}
+
+}  // namespace internal
+
+WorkerConfig WorkerBuilder::configure(
+    const std::string& worker_name,
+    std::optional<std::pair<size_t, std::vector<size_t>>> bundle_indices) const {
+  const detail::ClassInfo* info = detail::find_class(class_name_);
+  WorkerConfig config = defaults_;
+  config.worker_name = worker_name;
+  config.bundle_indices = std::move(bundle_indices);
+  if (!info || !info->configure) return config;
+  const WorkerConfig before = config;
+  info->configure(config);
+  auto warn = [&](const std::string& what, const std::string& from, const std::string& to) {
+    TROUPE_LOG(Warning) << "class " << class_name_ << " configure hook overrides " << what
+                        << " of worker " << worker_name << ": " << from << " -> " << to;
+  };
+  if (before.num_cpus != config.num_cpus)
+    warn("num_cpus", std::to_string(before.num_cpus), std::to_string(config.num_cpus));
+  if (before.num_gpus != config.num_gpus)
+    warn("num_gpus", std::to_string(before.num_gpus), std::to_string(config.num_gpus));
+  for (const auto& [k, v] : before.env)
+    if (auto it = config.env.find(k); it != config.env.end() && it->second != v)
+      warn("env " + k, v, it->second);
+  for (const auto& [k, v] : before.args)
+    if (const Value* now = Value(config.args).find(k); now && *now != v)
+      warn("argument " + k, v.debug_string(), now->debug_string());
+  if (!before.launch_wrapper.empty() && before.launch_wrapper != config.launch_wrapper)
+    warn("launch_wrapper", before.launch_wrapper.front(),
+         config.launch_wrapper.empty() ? "(none)" : config.launch_wrapper.front());
+  return config;
+}
+
+}  // namespace troupe
