@@ -81,6 +81,9 @@ struct WorkerOptions {
   std::vector<int> ports;
   bool log_to_driver = true;
   std::chrono::milliseconds start_timeout{60000};
+  // The worker group and rank, named in errors (set by WorkerGroup).
+  std::string group;
+  int rank = -1;
 };
 
 namespace internal {
@@ -121,9 +124,13 @@ class Worker {
   // Calls a stream method (ClassBuilder::stream_method); items arrive in the returned stream.
   ValueStream call_stream(const std::string& method, const Kwargs& kwargs = {}) const;
 
+  // Completes once the worker is dead (or stopped), with a description of how it ended.
+  Future<std::string> died() const;
+
   // Stops the process (SIGTERM to its process group, SIGKILL after `grace`). Blocks until it is
-  // gone. Pending calls fail with kWorkerDied.
-  void stop(std::chrono::milliseconds grace = std::chrono::milliseconds(3000)) const;
+  // gone; returns how it ended ("exit code 0", "signal 9 (Killed)"). Pending calls fail with
+  // kWorkerDied.
+  std::string stop(std::chrono::milliseconds grace = std::chrono::milliseconds(3000)) const;
 
   const std::shared_ptr<internal::WorkerState>& state() const { return state_; }
 

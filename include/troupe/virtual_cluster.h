@@ -116,6 +116,8 @@ class VirtualCluster {
   void shutdown();
   bool is_shut_down() const;
 
+  internal::VirtualClusterImpl& impl() { return *impl_; }
+
  private:
   std::unique_ptr<internal::VirtualClusterImpl> impl_;
 };

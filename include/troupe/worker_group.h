@@ -89,6 +89,26 @@ struct WorkerGroupOptions {
   // Print a progress bar (on a terminal; plain lines otherwise) while workers start.
   bool show_progress = true;
   std::chrono::milliseconds start_timeout{120000};
+  // Restart policy (as Ray's max_restarts): a worker that dies is recreated by itself up to
+  // this many times. Off by default. Calls in flight when it died fail with kWorkerDied and are
+  // never re-run (at most once); calls made after the restart go to the new incarnation.
+  int max_restarts = 0;
+};
+
+struct ShutdownOptions {
+  // Called on every live worker first (no arguments), if set, waiting at most `timeout`.
+  std::string cleanup_method;
+  std::chrono::milliseconds timeout{10000};
+  // Skip the cleanup and kill at once (SIGKILL, no grace period).
+  bool force = false;
+  // Between SIGTERM to a worker's process group and SIGKILL.
+  std::chrono::milliseconds grace{3000};
+};
+
+struct ShutdownReport {
+  // True when every cleanup call succeeded in time and every worker exited on SIGTERM.
+  bool clean = true;
+  std::vector<std::string> problems;  // one line per worker that was not clean
 };
 
 struct WorkerMetadata {
@@ -164,7 +184,9 @@ class WorkerGroup {
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
   const std::string& name() const;
-  const std::vector<Worker>& workers() const;
+  // The current handles (recreate_worker and restarts replace entries).
+  std::vector<Worker> workers() const;
+  Worker worker(size_t idx) const;
   const std::vector<WorkerMetadata>& worker_metadata() const;
   const NamedSharding& sharding() const;
   size_t dp_size() const;
@@ -187,9 +209,24 @@ class WorkerGroup {
   // Blocks for every result; see MultiWorkerFuture::get.
   std::vector<Value> get_all_worker_results(const MultiWorkerFuture& future) const;
 
-  // Stops every worker: SIGTERM to each process group, SIGKILL after a grace period.
-  // Idempotent. Returns true when every worker stopped cleanly.
-  bool shutdown();
+  // Rebuilds worker `idx` in place by replaying its creation (same bundle, host, GPUs,
+  // environment, constructor arguments), after killing the old process if it is still alive.
+  // Each incarnation gets a fresh name, NAME-rN. Blocks until the new worker is ready; the other
+  // workers are untouched. Throws the start error.
+  Worker recreate_worker(size_t idx);
+  // How many times worker `idx` was recreated (by recreate_worker or the restart policy).
+  int restarts(size_t idx) const;
+
+  // Reads the state of the GPUs of worker `idx`'s bundle on that bundle's host (NVML, loaded at
+  // run time there; a line saying NVML is unavailable otherwise), without taking the GPU. Logs it
+  // with `label` and returns it. Bounded by `timeout`; never throws.
+  std::string log_worker_gpu_state(size_t idx, const std::string& label,
+                                   std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  // Calls the cleanup method on every worker within the timeout, then SIGTERM to each worker's
+  // process group, SIGKILL after the grace period; releases the group's ports. Idempotent (a
+  // second call returns the first report). Runs on destruction with default options.
+  ShutdownReport shutdown(const ShutdownOptions& options = {});
 
  private:
   std::unique_ptr<internal::WorkerGroupImpl> impl_;

@@ -10,6 +10,7 @@
 #include <asio/steady_timer.hpp>
 #include <fstream>
 
+#include "agent/gpu_probe.h"
 #include "agent/port_book.h"
 #include "agent/worker_process.h"
 #include "common/env.h"
@@ -183,6 +184,10 @@ class Agent {
         return begin_shutdown(0);
       }
       if (r.method == "ping") return resp.reply(config_.host_name);
+      if (r.method == "gpu_state") {
+        auto lines = read_gpu_state(arg_or<std::vector<int>>(r.kwargs, "gpus", {}));
+        return resp.reply(to_value(lines));
+      }
       if (r.method == "reserve_ports") {
         auto ports = ports_.reserve(
             arg_or<std::string>(r.kwargs, "owner", ""), arg_or<int>(r.kwargs, "count", 1),

@@ -215,6 +215,8 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     worker = std::make_shared<WorkerState>(loop_->context(), options.name, options.class_name,
                                            options.host, agents_[options.host].host_name);
     worker->agent = agents_[options.host].peer;
+    worker->group = options.group;
+    worker->rank = options.rank;
     workers_[options.name] = worker;
   }
   launch(worker, options);
@@ -268,15 +270,28 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
       });
 }
 
-void ClusterImpl::stop_worker(const std::shared_ptr<WorkerState>& worker,
-                              std::chrono::milliseconds grace) {
-  auto agent = worker->agent.lock();
-  if (agent) {
-    auto f = agent->call("stop_worker", Map{{"name", worker->name()},
-                                            {"grace_ms", static_cast<int64_t>(grace.count())}});
-    f.wait_for(grace + std::chrono::seconds(5));
+std::vector<std::string> ClusterImpl::stop_workers(
+    const std::vector<std::shared_ptr<WorkerState>>& workers, std::chrono::milliseconds grace) {
+  std::vector<Future<Value>> stops;
+  for (const auto& w : workers) {
+    auto agent = w->agent.lock();
+    stops.push_back(
+        agent ? agent->call("stop_worker", Map{{"name", w->name()},
+                                               {"grace_ms", static_cast<int64_t>(grace.count())}})
+              : make_failed_future(Error(ErrorCode::kConnectionLost, "no agent")));
   }
-  worker->mark_dead(Error(ErrorCode::kWorkerDied, worker->describe() + " was stopped"));
+  std::vector<std::string> out;
+  auto deadline = Clock::now() + grace + std::chrono::seconds(5);
+  for (size_t i = 0; i < workers.size(); ++i) {
+    std::string status = "unknown (its agent did not answer)";
+    if (stops[i].state()->wait_until(deadline) && !stops[i].error()) {
+      const Value* s = stops[i].get().find("status");
+      if (s && s->is_string()) status = s->as_string();
+    }
+    workers[i]->mark_dead(Error(ErrorCode::kWorkerDied, workers[i]->describe() + " was stopped"));
+    out.push_back(status);
+  }
+  return out;
 }
 
 std::vector<HostInfo> ClusterImpl::hosts() const {

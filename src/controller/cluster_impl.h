@@ -35,9 +35,10 @@ class ClusterImpl {
   // The control connection to the agent of `host`.
   std::shared_ptr<transport::RpcPeer> agent(size_t host) const { return agents_.at(host).peer; }
   void shutdown();
-  // Stops one worker through its agent and waits until it is gone.
-  static void stop_worker(const std::shared_ptr<WorkerState>& worker,
-                          std::chrono::milliseconds grace);
+  // Stops workers through their agents, all at once, and waits until they are gone; returns
+  // how each ended.
+  static std::vector<std::string> stop_workers(
+      const std::vector<std::shared_ptr<WorkerState>>& workers, std::chrono::milliseconds grace);
 
  private:
   struct AgentProcess {

@@ -1,12 +1,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <map>
 #include <set>
 
 #include "common/log.h"
+#include "controller/virtual_cluster_impl.h"
 #include "controller/worker_group_impl.h"
+#include "controller/worker_state.h"
 
 namespace troupe {
 namespace internal {
@@ -55,16 +58,103 @@ class StartProgress {
 WorkerGroupImpl::WorkerGroupImpl(VirtualCluster& cluster, WorkerBuilder builder,
                                  WorkerGroupOptions options)
     : cluster_(cluster), builder_(std::move(builder)), options_(std::move(options)) {
+  static std::atomic<int> next_group_id{0};
   name_ = options_.name_prefix;
+  port_owner_ = "group-" + name_ + "-" + std::to_string(next_group_id++);
   std::vector<TiedGroup> groups = tied_groups();
   size_t n = 0;
   for (const auto& g : groups) n += g.second.size();
   sharding_ = make_sharding(n);
   start_workers(groups);
   choose_dp_leaders();
+  if (options_.max_restarts > 0) {
+    restarter_ = std::thread([this] { restart_loop(); });
+    for (size_t i = 0; i < workers_.size(); ++i) watch(i, workers_[i]);
+  }
 }
 
-WorkerGroupImpl::~WorkerGroupImpl() { shutdown(); }
+WorkerGroupImpl::~WorkerGroupImpl() { shutdown(ShutdownOptions{}); }
+
+Worker WorkerGroupImpl::worker(size_t idx) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (idx >= workers_.size())
+    throw Error(ErrorCode::kInvalidArgument, "worker index " + std::to_string(idx) +
+                                                 " is out of range: group '" + name_ + "' has " +
+                                                 std::to_string(workers_.size()) + " workers");
+  return workers_[idx];
+}
+
+Worker WorkerGroupImpl::recreate_worker(size_t idx) {
+  std::lock_guard<std::mutex> serial(recreate_mu_);
+  Worker old = worker(idx);
+  WorkerOptions o;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) throw Error(ErrorCode::kShutdown, "worker group '" + name_ + "' is shut down");
+    o = creation_[idx];
+    o.name = creation_[idx].name + "-r" + std::to_string(++restarts_[idx]);
+  }
+  if (old.alive()) old.stop();
+  Worker fresh = cluster_.runtime().start_worker(o);
+  auto ready = fresh.ready();
+  if (!ready.wait_for(options_.start_timeout)) {
+    fresh.stop(std::chrono::milliseconds(0));
+    throw Error(ErrorCode::kTimeout, "recreated worker '" + o.name + "' was not ready in time");
+  }
+  ready.get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers_[idx] = fresh;
+    metadata_[idx].name = o.name;
+  }
+  TROUPE_LOG(Info) << "worker " << idx << " of group " << name_ << " recreated as " << o.name;
+  if (options_.max_restarts > 0) watch(idx, fresh);
+  return fresh;
+}
+
+void WorkerGroupImpl::watch(size_t idx, const Worker& worker) {
+  std::weak_ptr<RestartQueue> weak = restart_queue_;
+  worker.died().then([weak, idx, name = worker.name()](const Future<std::string>&) {
+    auto q = weak.lock();
+    if (!q) return;
+    {
+      std::lock_guard<std::mutex> lock(q->mu);
+      if (q->closed) return;
+      q->dead.emplace_back(idx, name);
+    }
+    q->cv.notify_all();
+  });
+}
+
+void WorkerGroupImpl::restart_loop() {
+  auto& q = *restart_queue_;
+  for (;;) {
+    std::pair<size_t, std::string> dead;
+    {
+      std::unique_lock<std::mutex> lock(q.mu);
+      q.cv.wait(lock, [&] { return q.closed || !q.dead.empty(); });
+      if (q.closed) return;
+      dead = q.dead.front();
+      q.dead.pop_front();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Only the current incarnation's death counts, and only within the budget.
+      if (shut_down_ || workers_[dead.first].name() != dead.second) continue;
+      if (restarts_[dead.first] >= options_.max_restarts) {
+        TROUPE_LOG(Warning) << "worker " << dead.second << " of group " << name_
+                            << " died and has used its " << options_.max_restarts
+                            << " restarts; it stays dead";
+        continue;
+      }
+    }
+    try {
+      recreate_worker(dead.first);
+    } catch (const Error& e) {
+      TROUPE_LOG(Error) << "restart of worker " << dead.second << " failed: " << e.message();
+    }
+  }
+}
 
 std::vector<TiedGroup> WorkerGroupImpl::tied_groups() const {
   const auto& pgs = cluster_.get_placement_groups();
@@ -174,8 +264,8 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
   for (const auto& [pg, list] : groups)
     for (size_t b : list) bundles.emplace_back(pg, b);
   const size_t world = bundles.size();
-  AddressAndPort master = cluster_.get_master_address_and_port();
-  std::vector<AddressAndPort> available = cluster_.get_available_addresses_and_ports_batch(bundles);
+  AddressAndPort master = cluster_.impl().ports_for({{0, 0}}, port_owner_).front();
+  std::vector<AddressAndPort> available = cluster_.impl().ports_for(bundles, port_owner_);
   std::vector<std::string> addr_list, port_list;
   for (const auto& a : available) {
     addr_list.push_back(a.address);
@@ -218,6 +308,8 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
       o.name = m.name;
       o.gpus = bundle.gpu_ids;
       o.start_timeout = options_.start_timeout;
+      o.group = name_;
+      o.rank = static_cast<int>(rank);
       // Precedence, lowest first: the caller's options (builder, group env_vars), the class's
       // configure hook, then the placement below.
       WorkerBuilder with_env = builder_;
@@ -247,6 +339,8 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
       o.ports.push_back(available[rank].port);
       if (rank == 0) o.ports.push_back(master.port);
       metadata_.push_back(m);
+      creation_.push_back(o);
+      restarts_.push_back(0);
       workers_.push_back(runtime.start_worker(o));
     }
   }
@@ -271,7 +365,9 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
     progress.update(++ready);
   }
   if (failure) {
-    shutdown();
+    ShutdownOptions fast;
+    fast.force = true;
+    shutdown(fast);
     throw *failure;
   }
   if (options_.show_progress)
@@ -308,21 +404,87 @@ void WorkerGroupImpl::choose_dp_leaders() {
   dp_leaders_ = tied_leaders;
 }
 
-bool WorkerGroupImpl::shutdown() {
+std::string WorkerGroupImpl::gpu_state(size_t idx, const std::string& label,
+                                       std::chrono::milliseconds timeout) {
+  std::string text;
+  try {
+    Worker w = worker(idx);
+    std::vector<int> gpus = metadata_[idx].gpu_ids;
+    auto agent = w.state()->agent.lock();
+    if (!agent) throw Error(ErrorCode::kConnectionLost, "the worker's agent is gone");
+    auto f = agent->call("gpu_state", Map{{"gpus", to_value(gpus)}});
+    if (!f.wait_for(timeout))
+      throw Error(ErrorCode::kTimeout,
+                  "no answer within " + std::to_string(timeout.count()) + " ms");
+    for (const auto& line : f.get().as<std::vector<std::string>>())
+      text += (text.empty() ? "" : "; ") + line;
+    text = "[" + label + "] worker " + w.name() + " on " + w.state()->host_name() + ": " + text;
+  } catch (const std::exception& e) {
+    text =
+        "[" + label + "] GPU state of worker " + std::to_string(idx) + " unavailable: " + e.what();
+  }
+  TROUPE_LOG(Warning) << text;
+  return text;
+}
+
+ShutdownReport WorkerGroupImpl::shutdown(const ShutdownOptions& options) {
   std::vector<Worker> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (shut_down_) return true;
+    if (shut_down_) return report_ ? *report_ : ShutdownReport{};
     shut_down_ = true;
     workers = workers_;
   }
-  bool clean = true;
-  for (auto& w : workers) {
-    bool was_alive = w.alive();
-    w.stop();
-    clean = clean && was_alive;
+  {
+    std::lock_guard<std::mutex> lock(restart_queue_->mu);
+    restart_queue_->closed = true;
   }
-  return clean;
+  restart_queue_->cv.notify_all();
+  if (restarter_.joinable()) restarter_.join();
+  std::lock_guard<std::mutex> serial(recreate_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers = workers_;
+  }
+
+  ShutdownReport report;
+  std::vector<bool> was_alive;
+  for (const auto& w : workers) was_alive.push_back(w.alive());
+  if (!options.force && !options.cleanup_method.empty()) {
+    std::vector<Future<Value>> cleanups;
+    for (size_t i = 0; i < workers.size(); ++i)
+      cleanups.push_back(was_alive[i] ? workers[i].call_value(options.cleanup_method, {})
+                                      : make_failed_future(Error(ErrorCode::kWorkerDied, "dead")));
+    auto deadline = Clock::now() + options.timeout;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      if (!was_alive[i]) continue;
+      if (!cleanups[i].state()->wait_until(deadline)) {
+        report.problems.push_back(workers[i].name() + ": " + options.cleanup_method +
+                                  " did not finish within " +
+                                  std::to_string(options.timeout.count()) + " ms");
+      } else if (auto e = cleanups[i].error()) {
+        report.problems.push_back(workers[i].name() + ": " + options.cleanup_method +
+                                  " failed: " + e->message());
+      }
+    }
+  }
+  std::vector<std::shared_ptr<WorkerState>> states;
+  for (const auto& w : workers) states.push_back(w.state());
+  auto statuses = ClusterImpl::stop_workers(
+      states, options.force ? std::chrono::milliseconds(0) : options.grace);
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const std::string& s = statuses[i];
+    bool graceful = s == "exit code 0" || s.rfind("signal 15", 0) == 0;
+    if (!was_alive[i])
+      report.problems.push_back(workers[i].name() + " was already dead: " + s);
+    else if (!graceful && !options.force)
+      report.problems.push_back(workers[i].name() + " did not stop on SIGTERM: " + s);
+  }
+  report.clean = report.problems.empty();
+  if (!cluster_.is_shut_down()) cluster_.impl().release_ports(port_owner_);
+  std::lock_guard<std::mutex> lock(mu_);
+  report_ = report;
+  return report;
 }
 
 }  // namespace internal

@@ -61,8 +61,18 @@ WorkerGroup::WorkerGroup(VirtualCluster& cluster, WorkerBuilder builder, WorkerG
 WorkerGroup::~WorkerGroup() = default;
 
 const std::string& WorkerGroup::name() const { return impl_->name_; }
-const std::vector<Worker>& WorkerGroup::workers() const { return impl_->workers_; }
+std::vector<Worker> WorkerGroup::workers() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->workers_;
+}
+Worker WorkerGroup::worker(size_t idx) const { return impl_->worker(idx); }
 const std::vector<WorkerMetadata>& WorkerGroup::worker_metadata() const { return impl_->metadata_; }
+Worker WorkerGroup::recreate_worker(size_t idx) { return impl_->recreate_worker(idx); }
+int WorkerGroup::restarts(size_t idx) const {
+  impl_->check_worker_index(idx);
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->restarts_[idx];
+}
 const NamedSharding& WorkerGroup::sharding() const { return *impl_->sharding_; }
 size_t WorkerGroup::dp_size() const { return impl_->dp_leaders_.size(); }
 
@@ -76,8 +86,7 @@ size_t WorkerGroup::get_dp_leader_worker_idx(size_t dp_shard_idx) const {
 
 Future<Value> WorkerGroup::run_single_worker_single_data(const std::string& method,
                                                          size_t worker_idx, const Kwargs& kwargs) {
-  impl_->check_worker_index(worker_idx);
-  return impl_->workers_[worker_idx].call_value(method, kwargs);
+  return impl_->worker(worker_idx).call_value(method, kwargs);
 }
 
 MultiWorkerFuture WorkerGroup::run_all_workers_multiple_data(
@@ -103,7 +112,7 @@ MultiWorkerFuture WorkerGroup::run_all_workers_multiple_data(
     Kwargs kwargs;
     for (const auto& [k, v] : data) kwargs.emplace_back(k, v.as_array()[i]);
     futures.push_back(
-        impl_->workers_[called[i]].call_value(method, merge_kwargs(kwargs, common_kwargs)));
+        impl_->worker(called[i]).call_value(method, merge_kwargs(kwargs, common_kwargs)));
   }
   return MultiWorkerFuture(std::move(futures), called, called);
 }
@@ -115,7 +124,7 @@ MultiWorkerFuture WorkerGroup::run_all_workers_single_data(
   auto encoded = std::make_shared<const wire::EncodedKwargs>(wire::encode_kwargs(kwargs));
   std::vector<Future<Value>> futures;
   for (size_t w : called)
-    futures.push_back(impl_->workers_[w].state()->call_encoded(method, encoded));
+    futures.push_back(impl_->worker(w).state()->call_encoded(method, encoded));
   return MultiWorkerFuture(std::move(futures), called, called);
 }
 
@@ -143,7 +152,7 @@ MultiWorkerFuture WorkerGroup::run_all_workers_sharded_data(const std::string& m
   std::map<std::vector<int>, std::shared_ptr<const wire::EncodedKwargs>> slices;
   std::vector<Future<Value>> futures;
   std::vector<size_t> called, return_from;
-  for (size_t w = 0; w < impl_->workers_.size(); ++w) {
+  for (size_t w = 0; w < impl_->metadata_.size(); ++w) {
     int rank = static_cast<int>(w);
     bool receives = true, returns = true;
     for (const auto& axis : sharding.names()) {
@@ -159,9 +168,9 @@ MultiWorkerFuture WorkerGroup::run_all_workers_sharded_data(const std::string& m
         slice_key.push_back(sharding.get_worker_coord(rank, axis));
       auto cached = slices.find(slice_key);
       if (replicated) {
-        futures.push_back(impl_->workers_[w].state()->call_encoded(method, replicated));
+        futures.push_back(impl_->worker(w).state()->call_encoded(method, replicated));
       } else if (cached != slices.end()) {
-        futures.push_back(impl_->workers_[w].state()->call_encoded(method, cached->second));
+        futures.push_back(impl_->worker(w).state()->call_encoded(method, cached->second));
       } else {
         Kwargs kwargs;
         for (const auto& [k, v] : data) {
@@ -184,14 +193,14 @@ MultiWorkerFuture WorkerGroup::run_all_workers_sharded_data(const std::string& m
         auto encoded = std::make_shared<const wire::EncodedKwargs>(
             wire::encode_kwargs(merge_kwargs(kwargs, options.common_kwargs)));
         slices.emplace(slice_key, encoded);
-        futures.push_back(impl_->workers_[w].state()->call_encoded(method, encoded));
+        futures.push_back(impl_->worker(w).state()->call_encoded(method, encoded));
       }
       called.push_back(w);
     } else if (options.make_dummy_calls_to_free_axes) {
       Kwargs kwargs;
       for (const auto& [k, v] : data) kwargs.emplace_back(k, Value());
       futures.push_back(
-          impl_->workers_[w].call_value(method, merge_kwargs(kwargs, options.common_kwargs)));
+          impl_->worker(w).call_value(method, merge_kwargs(kwargs, options.common_kwargs)));
       called.push_back(w);
     }
     if (returns) return_from.push_back(w);
@@ -203,7 +212,14 @@ std::vector<Value> WorkerGroup::get_all_worker_results(const MultiWorkerFuture& 
   return future.get();
 }
 
-bool WorkerGroup::shutdown() { return impl_->shutdown(); }
+std::string WorkerGroup::log_worker_gpu_state(size_t idx, const std::string& label,
+                                              std::chrono::milliseconds timeout) {
+  return impl_->gpu_state(idx, label, timeout);
+}
+
+ShutdownReport WorkerGroup::shutdown(const ShutdownOptions& options) {
+  return impl_->shutdown(options);
+}
 
 bool MultiWorkerFuture::wait_for(std::chrono::milliseconds timeout) const {
   return wait_all(futures_, timeout);

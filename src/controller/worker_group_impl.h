@@ -2,9 +2,12 @@
 // worker_group.cc; dispatch along mesh axes in worker_group_dispatch.cc.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "troupe/worker_group.h"
@@ -21,21 +24,44 @@ class WorkerGroupImpl {
   WorkerBuilder builder_;
   WorkerGroupOptions options_;
   std::string name_;
-  std::vector<Worker> workers_;
-  std::vector<WorkerMetadata> metadata_;
+  std::string port_owner_;  // unique per group: its ports are released at shutdown
   std::optional<NamedSharding> sharding_;
   std::vector<size_t> dp_leaders_;
-  std::mutex mu_;
+
+  // Guarded by mu_: the current incarnation of each worker and how it was created.
+  mutable std::mutex mu_;
+  std::vector<Worker> workers_;
+  std::vector<WorkerMetadata> metadata_;
+  std::vector<WorkerOptions> creation_;
+  std::vector<int> restarts_;
   bool shut_down_ = false;
+  std::optional<ShutdownReport> report_;
+
+  Worker worker(size_t idx) const;
+  Worker recreate_worker(size_t idx);
+  ShutdownReport shutdown(const ShutdownOptions& options);
+  std::string gpu_state(size_t idx, const std::string& label, std::chrono::milliseconds timeout);
 
   // Dispatch helpers.
   void check_worker_index(size_t idx) const;
   // Workers at index 0 of every axis in `axes` (all when empty), in worker order.
   std::vector<size_t> rank_0_workers(const std::vector<std::string>& axes) const;
   void check_axes(const std::vector<std::string>& axes, const char* what) const;
-  bool shutdown();
 
  private:
+  // The restart policy: deaths are queued by I/O-thread callbacks and handled on restarter_.
+  struct RestartQueue {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<size_t, std::string>> dead;  // worker index, name of the incarnation
+    bool closed = false;
+  };
+  void watch(size_t idx, const Worker& worker);
+  void restart_loop();
+  std::shared_ptr<RestartQueue> restart_queue_ = std::make_shared<RestartQueue>();
+  std::thread restarter_;
+  std::mutex recreate_mu_;
+
   std::vector<TiedGroup> tied_groups() const;
   NamedSharding make_sharding(size_t workers) const;
   void start_workers(const std::vector<TiedGroup>& groups);

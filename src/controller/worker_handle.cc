@@ -11,7 +11,8 @@ WorkerState::WorkerState(asio::io_context& io, std::string name, std::string cla
       host_(host),
       host_name_(std::move(host_name)),
       io_(io),
-      ready_(std::make_shared<detail::FutureState>("start of worker '" + name_ + "'")) {}
+      ready_(std::make_shared<detail::FutureState>("start of worker '" + name_ + "'")),
+      died_(std::make_shared<detail::FutureState>("death of worker '" + name_ + "'")) {}
 
 pid_t WorkerState::pid() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -39,7 +40,9 @@ std::shared_ptr<transport::RpcPeer> WorkerState::peer() const {
 }
 
 std::string WorkerState::describe_locked() const {
-  std::string s = "worker '" + name_ + "' (class " + class_name_ + ", host " + host_name_;
+  std::string s = "worker '" + name_ + "' (";
+  if (!group.empty()) s += "group " + group + ", rank " + std::to_string(rank) + ", ";
+  s += "class " + class_name_ + ", host " + host_name_;
   if (pid_) s += ", pid " + std::to_string(pid_);
   return s + ")";
 }
@@ -177,6 +180,7 @@ void WorkerState::mark_dead(const Error& error) {
     if (report_timer_) report_timer_->cancel();
   }
   ready_->set_error(error);
+  died_->set_value(error.message());
   for (auto& q : queued) q.state->set_error(error);
   for (auto& o : orphans) o->set_error(error);
   if (peer) peer->close(error);
@@ -232,8 +236,10 @@ ValueStream Worker::call_stream(const std::string& method, const Kwargs& kwargs)
   return ValueStream(state, done);
 }
 
-void Worker::stop(std::chrono::milliseconds grace) const {
-  internal::ClusterImpl::stop_worker(state_, grace);
+std::string Worker::stop(std::chrono::milliseconds grace) const {
+  return internal::ClusterImpl::stop_workers({state_}, grace).front();
 }
+
+Future<std::string> Worker::died() const { return state_->died(); }
 
 }  // namespace troupe

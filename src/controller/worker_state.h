@@ -41,6 +41,8 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   std::vector<int> gpus() const;
   bool alive() const;
   Future<void> ready() const { return Future<void>(ready_); }
+  // Completes with the death message once dead.
+  Future<std::string> died() const { return Future<std::string>(died_); }
   std::string log_path() const;
 
   // Sends the call now, queues it while starting, or fails it when dead. `on_item` receives
@@ -69,8 +71,11 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   Error death_error(const std::string& cause) const;
 
   std::shared_ptr<transport::RpcPeer> peer() const;
-  // The control connection to the worker's agent; set once at creation.
+  // Set once at creation: the control connection to the worker's agent, and the worker group
+  // and rank it belongs to (empty / -1 outside a group).
   std::weak_ptr<transport::RpcPeer> agent;
+  std::string group;
+  int rank = -1;
 
  private:
   struct QueuedCall {
@@ -99,6 +104,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   std::optional<Error> death_;
   std::string exit_status_;
   std::shared_ptr<detail::FutureState> ready_;
+  std::shared_ptr<detail::FutureState> died_;
 };
 
 }  // namespace troupe::internal

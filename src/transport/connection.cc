@@ -93,8 +93,11 @@ bool Connection::parse_one() {
   if (state_ == ReadState::kTable) {
     size_t table = 8ull * header_.attachment_count;
     if (avail < table) {
-      if (rbegin_ + table > rbuf_.size()) {  // make room: the table always fits the buffer
-        std::memmove(rbuf_.data(), p, avail);
+      if (rbegin_ + table > rbuf_.size()) {
+        // Make room. The table (at most 8 * max_attachments bytes, checked in decode_header) can
+        // exceed the read buffer; without growing it, reads into a full buffer spin forever.
+        if (table > rbuf_.size()) rbuf_.resize(table);
+        std::memmove(rbuf_.data(), rbuf_.data() + rbegin_, avail);
         rbegin_ = 0;
         rend_ = avail;
       }
@@ -190,15 +193,17 @@ void Connection::deliver() {
 }
 
 void Connection::fail(const Error& reason) {
-  closed_ = true;
-  asio::error_code ec;
-  socket_.close(ec);
-  if (close_reported_) return;
-  close_reported_ = true;
   {
+    // Under write_mu_: send() on another thread must not write to the descriptor while it is
+    // being closed, or after its number was reused by another socket.
     std::lock_guard<std::mutex> lock(write_mu_);
+    closed_ = true;
+    asio::error_code ec;
+    socket_.close(ec);
     queue_.clear();
   }
+  if (close_reported_) return;
+  close_reported_ = true;
   if (on_close_) {
     CloseHandler handler = std::move(on_close_);
     on_close_ = nullptr;
@@ -260,6 +265,7 @@ bool Connection::send(wire::FrameKind kind, uint64_t request_id, std::string bod
   for (const auto& a : w.attachments) frame_size += a.size();
 
   std::lock_guard<std::mutex> lock(write_mu_);
+  if (closed_) return false;  // closed while the frame was being encoded
   if (queue_.empty() && !flushing_) {
     try {
       write_now(w);

@@ -89,18 +89,23 @@ FrameHeader decode_header(const uint8_t in[kHeaderSize], const FrameLimits& limi
 
 std::vector<uint64_t> decode_attachment_sizes(const uint8_t* in, uint32_t count, uint32_t body_size,
                                               const FrameLimits& limits) {
-  std::vector<uint64_t> sizes(count);
+  auto over_total = [&] {
+    return Error(ErrorCode::kProtocol, "frame of more than " + std::to_string(limits.max_total) +
+                                           " bytes exceeds the limit");
+  };
+  // The body counts towards max_total even without attachments.
   uint64_t total = body_size;
+  if (total > limits.max_total) throw over_total();
+  std::vector<uint64_t> sizes(count);
   for (uint32_t i = 0; i < count; ++i) {
     sizes[i] = get_le<uint64_t>(in + 8 * i);
     if (sizes[i] > limits.max_attachment)
       throw Error(ErrorCode::kProtocol, "attachment of " + std::to_string(sizes[i]) +
                                             " bytes exceeds the limit of " +
                                             std::to_string(limits.max_attachment));
+    // total <= max_total here, so this cannot wrap around (total + size could).
+    if (sizes[i] > limits.max_total - total) throw over_total();
     total += sizes[i];
-    if (total > limits.max_total)
-      throw Error(ErrorCode::kProtocol, "frame of more than " + std::to_string(limits.max_total) +
-                                            " bytes exceeds the limit");
   }
   return sizes;
 }
