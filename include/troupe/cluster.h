@@ -41,6 +41,14 @@ struct WorkerExecutable {
   std::map<std::string, std::string> env;  // extra environment variables
 };
 
+// A command prefix for the workers whose names match a glob pattern, e.g.
+// {"policy-*", {"nsys", "profile", "-o", "/tmp/policy"}} (the reference design forwards a
+// profiler configuration this way).
+struct LaunchWrapperRule {
+  std::string pattern;               // fnmatch(3) glob over the worker name
+  std::vector<std::string> command;  // prepended to the worker's command line
+};
+
 struct ClusterOptions {
   std::vector<HostSpec> hosts = {HostSpec{}};
   // Logs, sockets and the token file live here. Default: $TMPDIR/troupe-<uid>/session-<time>-<pid>.
@@ -51,6 +59,8 @@ struct ClusterOptions {
   std::chrono::milliseconds start_timeout{30000};
   // Class name -> executable, for classes that do not live in the driver's binary.
   std::map<std::string, WorkerExecutable> executables;
+  // Applied, first match wins, to workers started without their own launch_wrapper.
+  std::vector<LaunchWrapperRule> launch_wrappers;
 
   // `num_hosts` simulated hosts with the given declared resources each.
   static ClusterOptions local(size_t num_hosts, int gpus_per_host = 0, double cpus_per_host = 0);
@@ -65,6 +75,15 @@ struct HostInfo {
   std::map<std::string, std::string> labels;
   pid_t agent_pid = 0;
   bool alive = true;
+};
+
+struct HostMemory {
+  std::string host;
+  int64_t total_bytes = 0;
+  int64_t available_bytes = 0;
+  // Resident memory of each worker group's processes on this host (groups are registered when
+  // created and forgotten when shut down).
+  std::map<std::string, int64_t> group_bytes;
 };
 
 struct WorkerOptions {
@@ -155,6 +174,10 @@ class Cluster {
 
   std::vector<HostInfo> hosts() const;
   const std::string& session_dir() const;
+  // Memory of every live host, read from /proc by its agent. Blocks at most `timeout`; hosts
+  // that do not answer in time are left out.
+  std::vector<HostMemory> host_memory(
+      std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
 
   // Stops every worker (SIGTERM, then SIGKILL after a grace period), then every agent; waits
   // for all of them. Idempotent; thread-safe.

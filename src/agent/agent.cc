@@ -15,6 +15,7 @@
 #include "agent/worker_process.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "common/proc_stats.h"
 #include "common/token.h"
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
@@ -184,6 +185,7 @@ class Agent {
         return begin_shutdown(0);
       }
       if (r.method == "ping") return resp.reply(config_.host_name);
+      if (r.method == "memory") return memory(resp);
       if (r.method == "gpu_state") {
         auto lines = read_gpu_state(arg_or<std::vector<int>>(r.kwargs, "gpus", {}));
         return resp.reply(to_value(lines));
@@ -200,7 +202,7 @@ class Agent {
       resp.fail(Error(ErrorCode::kUnknownMethod,
                       "agent " + config_.host_name + " has no method '" + r.method +
                           "' (start_worker, stop_worker, list_workers, reserve_ports, "
-                          "release_ports, shutdown, ping)"));
+                          "release_ports, memory, gpu_state, shutdown, ping)"));
     } catch (const Error& e) {
       resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
                       "agent " + config_.host_name + ": " + r.method + ": " + e.message()));
@@ -326,6 +328,21 @@ class Agent {
     }
     it->second.stop_waiters.push_back(resp);
     it->second.process->stop(std::chrono::milliseconds(arg_or<int64_t>(kwargs, "grace_ms", 3000)));
+  }
+
+  // Host memory and the resident memory of each running worker's process group.
+  void memory(const transport::Responder& resp) {
+    std::vector<pid_t> pgids;
+    for (const auto& [name, w] : workers_)
+      if (!w.process->exited()) pgids.push_back(w.process->pid());
+    auto rss = proc::process_group_rss(pgids);
+    Map by_worker;
+    for (const auto& [name, w] : workers_)
+      if (!w.process->exited()) by_worker.emplace_back(name, rss[w.process->pid()]);
+    auto mem = proc::read_meminfo();
+    resp.reply(Map{{"total_bytes", mem.total_bytes},
+                   {"available_bytes", mem.available_bytes},
+                   {"workers", std::move(by_worker)}});
   }
 
   void list_workers(const transport::Responder& resp) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "troupe/troupe.h"
 
@@ -77,8 +78,15 @@ namespace troupe::cli {
 
 int run_demo(int argc, char** argv) {
   size_t hosts = 2;
-  for (int i = 0; i + 1 < argc; ++i)
+  int hold_seconds = 0;
+  for (int i = 0; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--hosts") hosts = std::strtoul(argv[i + 1], nullptr, 10);
+    if (std::string(argv[i]) == "--hold") hold_seconds = std::atoi(argv[i + 1]);
+  }
+  if (hosts == 0 || hosts > 4 || 4 % hosts != 0) {
+    std::fprintf(stderr, "troupe demo: --hosts must be 1, 2 or 4\n");
+    return 2;
+  }
   try {
     auto t0 = std::chrono::steady_clock::now();
     ClusterOptions options = ClusterOptions::local(hosts, /*gpus_per_host=*/2, /*cpus_per_host=*/4);
@@ -161,7 +169,14 @@ int run_demo(int argc, char** argv) {
         "shard", {{"batch", Array{Array{1, 2, 3}, Array{10, 20, 30}}}}, sharded);
     std::printf("with output_is_replicated=[tp], one result per dp shard: %zu results\n",
                 group.get_all_worker_results(h).size());
-    group.shutdown();
+    if (hold_seconds > 0) {
+      std::printf("holding the cluster for %d s (try `troupe status`)\n", hold_seconds);
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::seconds(hold_seconds));
+    }
+    ShutdownReport report = group.shutdown();
+    std::printf("worker group shut down %s\n", report.clean ? "cleanly" : "with problems:");
+    for (const auto& p : report.problems) std::printf("  %s\n", p.c_str());
     vc.shutdown();
 
     t0 = std::chrono::steady_clock::now();

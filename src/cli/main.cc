@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/demo.h"
+#include "cli/status.h"
 #include "troupe/troupe.h"
 
 namespace {
@@ -13,8 +14,12 @@ void usage(FILE* out) {
                "usage: troupe COMMAND\n"
                "\n"
                "commands:\n"
-               "  demo [--hosts N]   start an embedded cluster, run workers on every host, call\n"
+               "  demo [--hosts N] [--hold S]\n"
+               "                     start an embedded cluster, run workers on every host, call\n"
                "                     them, print results and timings, shut everything down\n"
+               "  status [--session DIR]\n"
+               "                     hosts, reservations, worker groups' memory and workers of a\n"
+               "                     running cluster (default: the newest session of this user)\n"
                "  version            print the version\n"
                "  help               print this message\n");
 }
@@ -37,6 +42,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cmd == "demo") return troupe::cli::run_demo(argc - 2, argv + 2);
+  if (cmd == "status") return troupe::cli::run_status(argc - 2, argv + 2);
   std::fprintf(stderr, "troupe: unknown command '%s'\n\n", cmd.c_str());
   usage(stderr);
   return 2;

@@ -1,3 +1,4 @@
+#include <fnmatch.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -6,6 +7,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "agent/agent.h"
@@ -36,6 +38,13 @@ std::string default_session_dir() {
          std::to_string(counter++);
 }
 
+std::string local_machine_id() {
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(f, id);
+  return id;
+}
+
 std::string join_ints(const std::vector<int>& v) {
   std::string out;
   for (int i : v) out += (out.empty() ? "" : ",") + std::to_string(i);
@@ -63,6 +72,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
                                          token_);
     start_agents();
     connect_agents();
+    head_->set_status_provider([this] { return status(); });
   } catch (...) {
     shutdown();
     throw;
@@ -158,9 +168,14 @@ void ClusterImpl::connect_agents() {
               for (const auto& [name, w] : workers_)
                 if (w->host() == i) lost.push_back(w);
             }
-            for (const auto& w : lost)
+            // Workers die with their agent (parent-death signal); on this machine the driver
+            // also kills their process groups, so that no child a worker forked survives.
+            bool local = host_records_[i].machine_id == local_machine_id();
+            for (const auto& w : lost) {
+              if (local && w->pid() > 0) process::kill_group(w->pid(), SIGKILL);
               w->mark_dead(w->death_error("its agent on " + agents_[i].host_name + " is gone (" +
                                           reason.message() + ")"));
+            }
           };
           done.set_value(transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h)));
         });
@@ -225,10 +240,19 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
 
 void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options) {
   std::map<std::string, std::string> vars = options.env;
+  std::vector<std::string> wrapper = options.launch_wrapper;
+  if (wrapper.empty())
+    for (const auto& rule : options_.launch_wrappers)
+      if (::fnmatch(rule.pattern.c_str(), options.name.c_str(), 0) == 0) {
+        wrapper = rule.command;
+        TROUPE_LOG(Info) << "worker " << options.name << " starts under launch wrapper '"
+                         << rule.pattern << "'";
+        break;
+      }
   Map request{{"name", options.name},
               {"gpus", to_value(options.gpus)},
               {"num_gpus", options.num_gpus},
-              {"wrapper", to_value(options.launch_wrapper)},
+              {"wrapper", to_value(wrapper)},
               {"take_ports", to_value(options.ports)},
               {"log_to_terminal", options.log_to_driver},
               {"start_timeout_ms", static_cast<int64_t>(options.start_timeout.count())}};
@@ -284,14 +308,89 @@ std::vector<std::string> ClusterImpl::stop_workers(
   auto deadline = Clock::now() + grace + std::chrono::seconds(5);
   for (size_t i = 0; i < workers.size(); ++i) {
     std::string status = "unknown (its agent did not answer)";
+    if (stops[i].state()->wait_until(deadline) && stops[i].error())
+      status = "unknown (" + stops[i].error()->message() + ")";
     if (stops[i].state()->wait_until(deadline) && !stops[i].error()) {
-      const Value* s = stops[i].get().find("status");
+      Value reply = stops[i].get();
+      const Value* s = reply.find("status");
       if (s && s->is_string()) status = s->as_string();
     }
     workers[i]->mark_dead(Error(ErrorCode::kWorkerDied, workers[i]->describe() + " was stopped"));
     out.push_back(status);
   }
   return out;
+}
+
+void ClusterImpl::register_group(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  groups_.insert(name);
+}
+
+void ClusterImpl::forget_group(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  groups_.erase(name);
+}
+
+std::vector<HostMemory> ClusterImpl::host_memory(std::chrono::milliseconds timeout) const {
+  std::vector<Future<Value>> answers;
+  for (const auto& a : agents_)
+    answers.push_back(a.peer && !a.peer->closed()
+                          ? a.peer->call("memory", {})
+                          : make_failed_future(Error(ErrorCode::kConnectionLost, "gone")));
+  auto deadline = Clock::now() + timeout;
+  std::vector<HostMemory> out;
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    if (!answers[i].state()->wait_until(deadline) || answers[i].error()) continue;
+    Value v = answers[i].get();
+    HostMemory m;
+    m.host = agents_[i].host_name;
+    if (const Value* t = v.find("total_bytes"); t && t->is_int()) m.total_bytes = t->as_int();
+    if (const Value* a = v.find("available_bytes"); a && a->is_int())
+      m.available_bytes = a->as_int();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& g : groups_) m.group_bytes[g] = 0;
+    if (const Value* ws = v.find("workers"); ws && ws->is_map())
+      for (const auto& [name, bytes] : ws->as_map()) {
+        auto it = workers_.find(name);
+        if (it == workers_.end() || !groups_.count(it->second->group) || !bytes.is_int()) continue;
+        m.group_bytes[it->second->group] += bytes.as_int();
+      }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+Value ClusterImpl::status() const {
+  Array hosts;
+  auto memory = host_memory(std::chrono::seconds(3));
+  auto free = head_ ? head_->describe_free() : std::vector<std::string>{};
+  for (const auto& h : this->hosts()) {
+    Map host{{"name", h.name},     {"address", h.address},
+             {"cpus", h.num_cpus}, {"gpus", static_cast<int64_t>(h.gpu_ids.size())},
+             {"alive", h.alive},   {"agent_pid", static_cast<int64_t>(h.agent_pid)}};
+    if (h.index < free.size()) host.emplace_back("reserved", free[h.index]);
+    for (const auto& m : memory)
+      if (m.host == h.name) {
+        host.emplace_back("memory_total", m.total_bytes);
+        host.emplace_back("memory_available", m.available_bytes);
+        Map groups;
+        for (const auto& [g, b] : m.group_bytes) groups.emplace_back(g, b);
+        host.emplace_back("group_memory", std::move(groups));
+      }
+    hosts.push_back(std::move(host));
+  }
+  Array workers;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, w] : workers_)
+    workers.push_back(Map{{"name", name},
+                          {"group", w->group},
+                          {"rank", w->rank},
+                          {"class", w->class_name()},
+                          {"host", w->host_name()},
+                          {"pid", static_cast<int64_t>(w->pid())},
+                          {"alive", w->alive()}});
+  return Map{
+      {"session", session_dir_}, {"hosts", std::move(hosts)}, {"workers", std::move(workers)}};
 }
 
 std::vector<HostInfo> ClusterImpl::hosts() const {
@@ -379,6 +478,9 @@ Worker Cluster::start_worker(WorkerOptions options) {
   return impl_->start_worker(std::move(options));
 }
 std::vector<HostInfo> Cluster::hosts() const { return impl_->hosts(); }
+std::vector<HostMemory> Cluster::host_memory(std::chrono::milliseconds timeout) const {
+  return impl_->host_memory(timeout);
+}
 const std::string& Cluster::session_dir() const { return impl_->session_dir(); }
 void Cluster::shutdown() { impl_->shutdown(); }
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,12 @@ class ClusterImpl {
   // The control connection to the agent of `host`.
   std::shared_ptr<transport::RpcPeer> agent(size_t host) const { return agents_.at(host).peer; }
   void shutdown();
+  std::vector<HostMemory> host_memory(std::chrono::milliseconds timeout) const;
+  // Worker groups whose memory host_memory reports.
+  void register_group(const std::string& name);
+  void forget_group(const std::string& name);
+  // What `troupe status` shows.
+  Value status() const;
   // Stops workers through their agents, all at once, and waits until they are gone; returns
   // how each ended.
   static std::vector<std::string> stop_workers(
@@ -65,6 +72,7 @@ class ClusterImpl {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<WorkerState>> workers_;
   std::map<std::string, size_t> name_counters_;
+  std::set<std::string> groups_;
   bool shut_down_ = false;
   std::mutex shutdown_mu_;
 };

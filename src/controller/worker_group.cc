@@ -65,8 +65,17 @@ WorkerGroupImpl::WorkerGroupImpl(VirtualCluster& cluster, WorkerBuilder builder,
   size_t n = 0;
   for (const auto& g : groups) n += g.second.size();
   sharding_ = make_sharding(n);
-  start_workers(groups);
-  choose_dp_leaders();
+  try {
+    start_workers(groups);
+    choose_dp_leaders();
+  } catch (...) {
+    // The destructor does not run for a constructor that throws: stop what did start.
+    ShutdownOptions fast;
+    fast.force = true;
+    shutdown(fast);
+    throw;
+  }
+  cluster_.runtime().impl().register_group(name_);
   if (options_.max_restarts > 0) {
     restarter_ = std::thread([this] { restart_loop(); });
     for (size_t i = 0; i < workers_.size(); ++i) watch(i, workers_[i]);
@@ -481,6 +490,7 @@ ShutdownReport WorkerGroupImpl::shutdown(const ShutdownOptions& options) {
       report.problems.push_back(workers[i].name() + " did not stop on SIGTERM: " + s);
   }
   report.clean = report.problems.empty();
+  cluster_.runtime().impl().forget_group(name_);
   if (!cluster_.is_shut_down()) cluster_.impl().release_ports(port_owner_);
   std::lock_guard<std::mutex> lock(mu_);
   report_ = report;

@@ -12,8 +12,21 @@ Head::Head(asio::io_context& io, const std::string& endpoint, std::string token)
 
 Head::~Head() { close(); }
 
+void Head::set_status_provider(std::function<Value()> provider) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_provider_ = std::move(provider);
+}
+
 void Head::close() {
   listener_->close();
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_provider_ = nullptr;
+    threads.swap(status_threads_);
+  }
+  for (auto& t : threads)
+    if (t.joinable()) t.join();
   std::vector<std::shared_ptr<transport::RpcPeer>> agents;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -27,6 +40,21 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
   auto index = std::make_shared<int>(-1);
   transport::RpcPeer::Handlers h;
   h.on_request = [this, index](wire::Request&& r, const transport::Responder& resp) {
+    if (r.method == "status") {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!status_provider_) {
+        resp.fail(Error(ErrorCode::kUnknownMethod, "this head has no status"));
+        return;
+      }
+      status_threads_.emplace_back([provider = status_provider_, resp] {
+        try {
+          resp.reply(provider());
+        } catch (const Error& e) {
+          resp.fail(e);
+        }
+      });
+      return;
+    }
     if (r.method != "register_agent") {
       resp.fail(Error(ErrorCode::kUnknownMethod, "the head has no method '" + r.method + "'"));
       return;

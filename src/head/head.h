@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "head/placement.h"
@@ -59,6 +60,9 @@ class Head {
   bool release(const std::string& group_id);
   // Free resources of every host, one line each.
   std::vector<std::string> describe_free() const;
+  // Serves "status" requests (from `troupe status`) with what `provider` returns; it runs on a
+  // thread of its own, never on the I/O thread, so it may block.
+  void set_status_provider(std::function<Value()> provider);
   // Called (on the I/O thread) when an agent's connection closes.
   void set_on_host_lost(std::function<void(const HostRecord&)> callback);
   void close();
@@ -74,6 +78,8 @@ class Head {
   std::unique_ptr<ResourceBook> book_;  // created at the first reservation
   std::vector<std::shared_ptr<transport::RpcPeer>> agents_;
   std::function<void(const HostRecord&)> on_host_lost_;
+  std::function<Value()> status_provider_;
+  std::vector<std::thread> status_threads_;  // joined by close()
 };
 
 }  // namespace troupe::head

@@ -136,9 +136,10 @@ TEST_P(LiveClient, CallsRacingAServerCloseAllComplete) {
       all.insert(all.end(), mine.begin(), mine.end());
     });
   }
-  std::this_thread::sleep_for(20ms);
-  newest_server_peer()->close(Error(ErrorCode::kShutdown, "closing under load"));
   auto deadline = Clock::now() + kDeadline;
+  while (requests_ < 50 && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  EXPECT_GE(requests_, 50);  // calls are being served when the server closes
+  newest_server_peer()->close(Error(ErrorCode::kShutdown, "closing under load"));
   while (!client->closed() && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
   EXPECT_TRUE(client->closed());
   std::this_thread::sleep_for(5ms);  // some calls after the close, too
