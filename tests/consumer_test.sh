@@ -44,6 +44,8 @@ rc=0
 out=$(timeout 60 "$tmp/consumer-build/troupe_consumer" </dev/null 2>&1) || rc=$?
 ((rc == 0)) || { echo "$out" >&2; fail "troupe_consumer exited with $rc"; }
 [[ "$out" == *"$version"* ]] || { echo "$out" >&2; fail "troupe_consumer did not print $version"; }
+[[ "$out" == *"sharded: 103 107; replicated: 105 105"* ]] ||
+  { echo "$out" >&2; fail "troupe_consumer's worker group did not compute the expected results"; }
 
 [[ -x "$prefix/bin/troupe" ]] || fail "no bin/troupe installed"
 rc=0
