@@ -65,9 +65,9 @@ WorkerGroupImpl::WorkerGroupImpl(VirtualCluster& cluster, WorkerBuilder builder,
   size_t n = 0;
   for (const auto& g : groups) n += g.second.size();
   sharding_ = make_sharding(n);
+  choose_dp_leaders(groups);
   try {
     start_workers(groups);
-    choose_dp_leaders();
   } catch (...) {
     // The destructor does not run for a constructor that throws: stop what did start.
     ShutdownOptions fast;
@@ -273,7 +273,8 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
   for (const auto& [pg, list] : groups)
     for (size_t b : list) bundles.emplace_back(pg, b);
   const size_t world = bundles.size();
-  AddressAndPort master = cluster_.impl().ports_for({{0, 0}}, port_owner_).front();
+  // MASTER_ADDR is the host of rank 0, which binds MASTER_PORT.
+  AddressAndPort master = cluster_.impl().ports_for({bundles.front()}, port_owner_).front();
   std::vector<AddressAndPort> available = cluster_.impl().ports_for(bundles, port_owner_);
   std::vector<std::string> addr_list, port_list;
   for (const auto& a : available) {
@@ -383,10 +384,13 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
     std::fprintf(stderr, "%zu workers initialized in %.2f s\n", world, seconds_since(t0));
 }
 
-void WorkerGroupImpl::choose_dp_leaders() {
+void WorkerGroupImpl::choose_dp_leaders(const std::vector<TiedGroup>& groups) {
   std::vector<size_t> tied_leaders;
-  for (const auto& m : metadata_)
-    if (m.model_owner) tied_leaders.push_back(m.worker_index);
+  size_t first = 0;
+  for (const auto& g : groups) {
+    tied_leaders.push_back(first);
+    first += g.second.size();
+  }
   if (options_.dp_leader_worker_indices) {
     const auto& want = *options_.dp_leader_worker_indices;
     for (size_t i = 0; i < want.size(); ++i) {
@@ -402,7 +406,10 @@ void WorkerGroupImpl::choose_dp_leaders() {
     dp_leaders_ = want;
     return;
   }
+  // With a sharding that names a data-parallel axis, the leader of dp shard i is its first rank;
+  // otherwise every tied group is one dp shard led by its model owner.
   for (const char* axis : {"dp", "data_parallel"}) {
+    if (!options_.sharding) break;
     const auto& names = sharding_->names();
     if (std::find(names.begin(), names.end(), axis) == names.end()) continue;
     for (size_t i = 0; i < sharding_->get_axis_size(axis); ++i)

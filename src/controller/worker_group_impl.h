@@ -65,7 +65,7 @@ class WorkerGroupImpl {
   std::vector<TiedGroup> tied_groups() const;
   NamedSharding make_sharding(size_t workers) const;
   void start_workers(const std::vector<TiedGroup>& groups);
-  void choose_dp_leaders();
+  void choose_dp_leaders(const std::vector<TiedGroup>& groups);
 };
 
 }  // namespace troupe::internal
