@@ -102,6 +102,12 @@ class Agent {
     wait_signals();
     connect_head();
     io_.run();
+    // Close every connection and let the closes run, so that no connection outlives the loop.
+    if (head_) head_->close(Error(ErrorCode::kShutdown, "agent exiting"));
+    for (const auto& weak : clients_)
+      if (auto c = weak.lock()) c->close(Error(ErrorCode::kShutdown, "agent exiting"));
+    io_.restart();
+    io_.poll();
     return exit_code_;
   }
 

@@ -452,6 +452,9 @@ void ClusterImpl::shutdown() {
   wait_agents_exit(kStopGrace + std::chrono::seconds(3));
   for (auto& a : agents_)
     if (a.peer) a.peer->close(Error(ErrorCode::kShutdown, "cluster shut down"));
+  // The closes above are posted to the loop: let them run before it stops, so that no
+  // connection outlives it.
+  loop_->run_sync([] {});
   loop_->stop();
   head_.reset();
   std::error_code ec;

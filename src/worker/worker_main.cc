@@ -173,12 +173,13 @@ int run_worker_main() {
   }
   asio::io_context io(1);
   WorkerServer server(io, name);
-  auto on_connection = [&server](std::shared_ptr<transport::Connection> conn) {
+  std::vector<std::weak_ptr<transport::RpcPeer>> peers;
+  auto on_connection = [&server, &peers](std::shared_ptr<transport::Connection> conn) {
     transport::RpcPeer::Handlers h;
     h.on_request = [&server](wire::Request&& r, const transport::Responder& responder) {
       server.handle(std::move(r), responder);
     };
-    transport::RpcPeer::attach(conn, wire::FrameLimits{}, std::move(h));
+    peers.push_back(transport::RpcPeer::attach(conn, wire::FrameLimits{}, std::move(h)));
   };
   std::vector<std::shared_ptr<transport::Listener>> listeners;
   std::string tcp_endpoint;
@@ -207,7 +208,13 @@ int run_worker_main() {
     if (!ec) io.stop();
   });
   io.run();
-  for (auto& l : listeners) l.reset();
+  // Close every connection and let the closes run, so that no connection outlives the loop.
+  for (auto& l : listeners) l->close();
+  for (auto& weak : peers)
+    if (auto p = weak.lock()) p->close(Error(ErrorCode::kShutdown, "worker exiting"));
+  io.restart();
+  io.poll();
+  listeners.clear();
   std::fflush(stdout);
   return 0;
 }
