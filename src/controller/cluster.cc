@@ -441,13 +441,14 @@ void ClusterImpl::shutdown() {
     workers = workers_;
   }
   if (!loop_) return;
+  // Calls fail with kShutdown from here on, whatever the workers' exits look like.
+  for (auto& [name, w] : workers)
+    w->mark_dead(Error(ErrorCode::kShutdown, w->describe() + " was shut down with the cluster"));
   // Ask every agent to stop its workers (SIGTERM, then SIGKILL) and exit.
   std::vector<Future<Value>> stops;
   for (auto& a : agents_)
     if (a.peer) stops.push_back(a.peer->call("shutdown", {}));
   wait_all(stops, kStopGrace + std::chrono::seconds(2));
-  for (auto& [name, w] : workers)
-    w->mark_dead(Error(ErrorCode::kShutdown, w->describe() + " was shut down with the cluster"));
   if (head_) head_->close();  // agents that did not answer see the head go and stop as well
   wait_agents_exit(kStopGrace + std::chrono::seconds(3));
   for (auto& a : agents_)

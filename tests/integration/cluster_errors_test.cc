@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -239,6 +241,32 @@ TEST_F(ClusterErrorsTest, StopFailsPendingCallsAndKillsTheProcessGroup) {
   EXPECT_EQ(error_of(w.call("pid")).code(), ErrorCode::kWorkerDied);
 }
 
+TEST(ClusterAgentDeath, WorkersDieWithTheirAgentAndTheirCallsFail) {
+  Cluster cluster(ClusterOptions::local(2));
+  Worker doomed = cluster.start_worker(calculator("doomed", 0));
+  Worker survivor = cluster.start_worker(calculator("survivor", 1));
+  doomed.ready().get(kDeadline);
+  survivor.ready().get(kDeadline);
+  pid_t agent = cluster.hosts()[0].agent_pid;
+  pid_t pid = doomed.pid();
+  auto pending = doomed.call<int>("sleep_ms", {{"ms", 60000}});
+  ASSERT_FALSE(pending.wait_for(50ms));
+  ASSERT_EQ(::kill(agent, SIGKILL), 0);
+  Error e = error_of(pending);
+  EXPECT_EQ(e.code(), ErrorCode::kWorkerDied) << e.what();
+  EXPECT_HAS(e.message(), "doomed");
+  EXPECT_TRUE(wait_dead(pid, 5s)) << "the worker outlived its agent";
+  EXPECT_FALSE(doomed.alive());
+  EXPECT_TRUE(eventually([&] { return !cluster.hosts()[0].alive; }, 5s));
+  EXPECT_TRUE(cluster.hosts()[1].alive);
+  EXPECT_EQ(survivor.call<int>("add", {{"a", 1}, {"b", 2}}).get(kDeadline), 3);
+  auto t0 = std::chrono::steady_clock::now();
+  cluster.shutdown();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_TRUE(wait_gone(agent, 5s));
+  EXPECT_TRUE(wait_gone(survivor.pid(), 5s));
+}
+
 // ---- shutdown leaves no process behind ----
 
 struct Pids {
@@ -274,22 +302,42 @@ void expect_all_gone(const Pids& p) {
 TEST(ClusterShutdown, ShutdownLeavesNoProcessBehind) {
   Cluster cluster(ClusterOptions::local(2));
   Pids p = populate(cluster);
-  Worker w = cluster.start_worker(calculator(""));
-  w.ready().get(kDeadline);
   auto t0 = std::chrono::steady_clock::now();
   cluster.shutdown();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
   expect_all_gone(p);
-  EXPECT_TRUE(wait_gone(w.pid(), 5s));
-  // Afterwards: calls fail, start_worker throws, shutdown is idempotent.
-  EXPECT_EQ(error_of(w.call("pid")).code(), ErrorCode::kShutdown);
+  cluster.shutdown();  // idempotent
+}
+
+// Cluster::shutdown stops the workers; their calls, in flight or later, fail with kShutdown.
+TEST(ClusterShutdown, CallsFailWithShutdownAfterShutdown) {
+  Cluster cluster(ClusterOptions::local(2));
+  std::vector<Worker> idle;
+  for (size_t i = 0; i < 4; ++i) idle.push_back(cluster.start_worker(calculator("", i % 2)));
+  Worker busy = cluster.start_worker(calculator("busy", 1));
+  for (auto& w : idle) w.ready().get(kDeadline);
+  auto pending = busy.call<int>("sleep_ms", {{"ms", 60000}});
+  ASSERT_FALSE(pending.wait_for(50ms));
+  auto t0 = std::chrono::steady_clock::now();
+  cluster.shutdown();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_TRUE(wait_gone(busy.pid(), 5s));
+  // A call in flight fails instead of hanging.
+  Error in_flight = error_of(pending);
+  EXPECT_EQ(in_flight.code(), ErrorCode::kShutdown) << in_flight.what();
+  EXPECT_HAS(in_flight.message(), "busy");
+  // Later calls fail too; start_worker throws.
+  for (auto& w : idle) {
+    Error after = error_of(w.call("pid"));
+    EXPECT_EQ(after.code(), ErrorCode::kShutdown) << after.what();
+    EXPECT_HAS(after.message(), w.name());
+  }
   try {
     cluster.start_worker(calculator(""));
     ADD_FAILURE() << "started a worker after shutdown";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kShutdown) << e.what();
   }
-  cluster.shutdown();
 }
 
 TEST(ClusterShutdown, DestructionWithoutShutdownLeavesNoProcessBehind) {
@@ -299,6 +347,39 @@ TEST(ClusterShutdown, DestructionWithoutShutdownLeavesNoProcessBehind) {
     p = populate(cluster);
   }
   expect_all_gone(p);
+}
+
+// Runs only in the child that DriverDeathLeavesNoProcessBehind starts: a driver that starts a
+// cluster, prints every pid and dies without shutting anything down.
+TEST(DriverChild, DISABLED_StartsWorkersAndDies) {
+  if (!std::getenv("CLUSTER_TEST_DRIVER_CHILD")) GTEST_SKIP() << "run by DriverDeath only";
+  Cluster cluster(ClusterOptions::local(2));
+  Pids p = populate(cluster);
+  std::string line = "PIDS";
+  for (pid_t pid : p.agents) line += " " + std::to_string(pid);
+  for (pid_t pid : p.workers) line += " " + std::to_string(pid);
+  line += " " + std::to_string(p.grandchild) + "\n";
+  ssize_t unused = ::write(STDOUT_FILENO, line.data(), line.size());
+  (void)unused;
+  ::raise(SIGKILL);
+}
+
+TEST(ClusterShutdown, DriverDeathLeavesNoProcessBehind) {
+  ChildRun run = run_self_test("DriverChild.DISABLED_StartsWorkersAndDies",
+                               {{"CLUSTER_TEST_DRIVER_CHILD", "1"}}, 30s);
+  ASSERT_TRUE(WIFSIGNALED(run.status) && WTERMSIG(run.status) == SIGKILL)
+      << "child status " << run.status << "\nstdout:\n"
+      << run.out << "\nstderr:\n"
+      << run.err;
+  auto at = run.out.find("PIDS ");
+  ASSERT_NE(at, std::string::npos) << run.out << run.err;
+  std::istringstream in(run.out.substr(at + 5));
+  std::vector<pid_t> pids;
+  for (pid_t pid; in >> pid;) pids.push_back(pid);
+  ASSERT_EQ(pids.size(), 5u) << run.out;  // 2 agents, 2 workers, 1 worker's child
+  // Their parents are gone, so they are reaped by PID 1: a zombie counts as gone.
+  for (pid_t pid : pids)
+    EXPECT_TRUE(wait_dead(pid, 10s)) << "pid " << pid << " outlived its driver";
 }
 
 }  // namespace

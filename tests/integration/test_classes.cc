@@ -139,6 +139,39 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+LogLines split_log(const std::string& content) {
+  LogLines l;
+  std::istringstream in(content);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("line ", 0) == 0)
+      l.out.push_back(line);
+    else if (line.rfind("err line ", 0) == 0)
+      l.err.push_back(line);
+    else
+      l.other.push_back(line);
+  }
+  return l;
+}
+
+std::vector<std::string> numbered(const std::string& prefix, int n) {
+  std::vector<std::string> v;
+  for (int i = 0; i < n; ++i) v.push_back(prefix + std::to_string(i));
+  return v;
+}
+
+std::string wait_for_log(const troupe::Worker& w, int n) {
+  std::string content;
+  eventually(
+      [&] {
+        content = read_file(w.log_path());
+        LogLines l = split_log(content);
+        return l.out.size() >= static_cast<size_t>(n) && l.err.size() >= static_cast<size_t>(n);
+      },
+      std::chrono::seconds(5));
+  return content;
+}
+
 ChildRun run_self_test(const std::string& gtest_filter,
                        const std::map<std::string, std::string>& env,
                        std::chrono::milliseconds timeout) {

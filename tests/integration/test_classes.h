@@ -95,9 +95,20 @@ bool wait_dead(pid_t pid, std::chrono::milliseconds timeout);
 std::string self_executable();
 // The whole content of a file ("" when missing).
 std::string read_file(const std::string& path);
-// Runs this test binary again as a child process with only `gtest_filter` (disabled tests
-// included) and `env` added to this environment, its stdout and stderr captured. Kills it after
-// `timeout`, with status -1.
+// The lines of a worker's log file that print_lines(n) wrote to stdout ("line i"), to stderr
+// ("err line i"), and any others.
+struct LogLines {
+  std::vector<std::string> out, err, other;
+};
+LogLines split_log(const std::string& content);
+// {prefix + "0", ..., prefix + (n-1)}.
+std::vector<std::string> numbered(const std::string& prefix, int n);
+// Waits (at most 5 s) until the worker's log file holds n lines of each stream; returns it.
+std::string wait_for_log(const troupe::Worker& w, int n);
+
+// Runs this test binary again as a child process: only the tests matching `gtest_filter`
+// (disabled ones included), with `env` added to this process's environment, stdout and stderr
+// captured. Kills it after `timeout` and reports status -1.
 struct ChildRun {
   int status = -1;
   std::string out, err;
