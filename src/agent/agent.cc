@@ -283,9 +283,12 @@ class Agent {
     auto timeout = std::chrono::milliseconds(arg_or<int64_t>(kwargs, "start_timeout_ms", 60000));
     auto timer = std::make_shared<asio::steady_timer>(io_, timeout);
     auto answered = std::make_shared<bool>(false);
-    auto on_ready = [this, resp, proc, name, unix_ep, gpus, timer,
+    // The handlers live in the WorkerProcess: they hold it weakly, never in a cycle.
+    std::weak_ptr<WorkerProcess> weak = proc;
+    auto on_ready = [this, resp, weak, name, unix_ep, gpus, timer,
                      answered](std::optional<std::string> line) {
-      if (*answered) return;
+      auto proc = weak.lock();
+      if (*answered || !proc) return;
       if (!line || line->rfind("ready", 0) != 0) return;  // the exit handler reports the failure
       *answered = true;
       timer->cancel();
@@ -296,8 +299,10 @@ class Agent {
                      {"tcp", tcp},
                      {"gpus", std::move(gpu_values)}});
     };
-    auto on_exit = [this, resp, proc, name, timer, answered](const process::ExitStatus& s) {
+    auto on_exit = [this, resp, weak, name, timer, answered](const process::ExitStatus& s) {
+      auto proc = weak.lock();
       timer->cancel();
+      if (!proc) return;
       if (!*answered) {
         *answered = true;
         std::string tail;

@@ -13,6 +13,19 @@ namespace troupe::agent {
 namespace {
 constexpr size_t kTailLines = 20;
 constexpr std::chrono::milliseconds kDrainTimeout{300};
+
+// Marks every descriptor of the agent close-on-exec, so that none leaks into a worker (and from
+// there into the children it forks). A leaked socket of the agent's connection to the driver,
+// held open by a worker's child, would hide the agent's death from the driver. The agent is
+// single-threaded, so no descriptor is created concurrently; the ones a worker needs are passed
+// explicitly (SpawnOptions::inherit_fds, stdout/stderr).
+void mark_descriptors_cloexec() {
+  if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+  for (int fd = 3; fd < 65536; ++fd) {  // kernels before 5.11
+    int flags = ::fcntl(fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC)) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+}
 }  // namespace
 
 WorkerProcess::WorkerProcess(asio::io_context& io, WorkerLaunch launch)
@@ -50,6 +63,7 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
   opts.inherit_fds = {ready[1]};
   opts.new_process_group = true;
   opts.parent_death_signal = SIGKILL;
+  mark_descriptors_cloexec();
   try {
     pid_ = process::spawn(opts);
   } catch (...) {
@@ -65,36 +79,25 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
   read_stream(out_, false);
   read_stream(err_, true);
 
-  auto self = shared_from_this();
-  std::function<void()> read_ready;
-  auto read_ready_ptr = std::make_shared<std::function<void()>>();
-  *read_ready_ptr = [self, read_ready_ptr] {
-    self->ready_pipe_->async_read_some(
-        asio::buffer(self->ready_chunk_),
-        [self, read_ready_ptr](const asio::error_code& ec, size_t n) {
-          if (!self->on_ready_) return;
-          if (!ec) self->ready_buf_.append(self->ready_chunk_.data(), n);
-          auto nl = self->ready_buf_.find('\n');
-          if (nl != std::string::npos) {
-            auto handler = std::move(self->on_ready_);
-            self->on_ready_ = nullptr;
-            handler(self->ready_buf_.substr(0, nl));
-            asio::error_code ignored;
-            self->ready_pipe_->close(ignored);
-            *read_ready_ptr = nullptr;
-            return;
-          }
-          if (ec) {
-            auto handler = std::move(self->on_ready_);
-            self->on_ready_ = nullptr;
-            handler(std::nullopt);
-            *read_ready_ptr = nullptr;
-            return;
-          }
-          (*read_ready_ptr)();
-        });
-  };
-  (*read_ready_ptr)();
+  read_ready();
+}
+
+void WorkerProcess::read_ready() {
+  ready_pipe_->async_read_some(asio::buffer(ready_chunk_),
+                               [self = shared_from_this()](const asio::error_code& ec, size_t n) {
+                                 if (!self->on_ready_) return;  // the exit was reported first
+                                 if (!ec) self->ready_buf_.append(self->ready_chunk_.data(), n);
+                                 auto nl = self->ready_buf_.find('\n');
+                                 if (nl == std::string::npos && !ec) return self->read_ready();
+                                 auto handler = std::move(self->on_ready_);
+                                 self->on_ready_ = nullptr;
+                                 asio::error_code ignored;
+                                 self->ready_pipe_->close(ignored);
+                                 if (nl != std::string::npos)
+                                   handler(self->ready_buf_.substr(0, nl));
+                                 else
+                                   handler(std::nullopt);
+                               });
 }
 
 void WorkerProcess::read_stream(Stream& s, bool is_stderr) {

@@ -64,6 +64,7 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
     std::array<char, 4096> buf;
     bool eof = false;
   };
+  void read_ready();
   void read_stream(Stream& s, bool is_stderr);
   void emit_line(const std::string& line, bool is_stderr);
   void consume(Stream& s, size_t n, bool is_stderr);
