@@ -14,18 +14,6 @@ namespace {
 constexpr size_t kTailLines = 20;
 constexpr std::chrono::milliseconds kDrainTimeout{300};
 
-// Marks every descriptor of the agent close-on-exec, so that none leaks into a worker (and from
-// there into the children it forks). A leaked socket of the agent's connection to the driver,
-// held open by a worker's child, would hide the agent's death from the driver. The agent is
-// single-threaded, so no descriptor is created concurrently; the ones a worker needs are passed
-// explicitly (SpawnOptions::inherit_fds, stdout/stderr).
-void mark_descriptors_cloexec() {
-  if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
-  for (int fd = 3; fd < 65536; ++fd) {  // kernels before 5.11
-    int flags = ::fcntl(fd, F_GETFD);
-    if (flags >= 0 && !(flags & FD_CLOEXEC)) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
-  }
-}
 }  // namespace
 
 WorkerProcess::WorkerProcess(asio::io_context& io, WorkerLaunch launch)
@@ -63,7 +51,6 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
   opts.inherit_fds = {ready[1]};
   opts.new_process_group = true;
   opts.parent_death_signal = SIGKILL;
-  mark_descriptors_cloexec();
   try {
     pid_ = process::spawn(opts);
   } catch (...) {

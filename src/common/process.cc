@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -59,6 +60,15 @@ pid_t spawn(const SpawnOptions& options) {
     if (in < 0 || ::dup2(in, 0) < 0) fail(3);
     if (options.stdout_fd >= 0 && ::dup2(options.stdout_fd, 1) < 0) fail(4);
     if (options.stderr_fd >= 0 && ::dup2(options.stderr_fd, 2) < 0) fail(5);
+    // No descriptor of the parent leaks into the child (and from there into whatever it forks):
+    // a leaked connection held open by a grandchild would hide the parent's death from its
+    // peers. Only the descriptors asked for stay open.
+    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+      for (int fd = 3; fd < 65536; ++fd) {  // kernels before 5.11
+        int flags = ::fcntl(fd, F_GETFD);
+        if (flags >= 0 && !(flags & FD_CLOEXEC)) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+      }
+    }
     for (int fd : options.inherit_fds)
       if (::fcntl(fd, F_SETFD, 0) != 0) fail(6);
     if (!options.working_dir.empty() && ::chdir(options.working_dir.c_str()) != 0) fail(7);

@@ -161,6 +161,10 @@ void WorkerGroupImpl::restart_loop() {
       recreate_worker(dead.first);
     } catch (const Error& e) {
       TROUPE_LOG(Error) << "restart of worker " << dead.second << " failed: " << e.message();
+      // The dead incarnation is still in place (e.g. the new one was killed while it started):
+      // try again while the budget lasts (each attempt counts in restarts_).
+      std::lock_guard<std::mutex> lock(q.mu);
+      if (!q.closed) q.dead.push_back(dead);
     }
   }
 }

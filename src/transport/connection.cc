@@ -1,6 +1,7 @@
 #include "transport/connection.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -24,6 +25,7 @@ Connection::Connection(Socket socket, std::string peer)
       rbuf_(kReadBufferSize) {
   asio::error_code ec;
   socket_.non_blocking(true, ec);
+  ::fcntl(socket_.native_handle(), F_SETFD, FD_CLOEXEC);  // never inherited by a child
 }
 
 Connection::~Connection() {

@@ -1,5 +1,6 @@
 #include "transport/listener.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/stat.h>
@@ -89,6 +90,7 @@ std::shared_ptr<Listener> Listener::start(asio::io_context& io, const std::strin
   }
   l->acceptor_.open(ep.protocol(), ec);
   if (!ec && is_tcp(endpoint)) l->acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) ::fcntl(l->acceptor_.native_handle(), F_SETFD, FD_CLOEXEC);
   if (!ec) l->acceptor_.bind(ep, ec);
   if (!ec) l->acceptor_.listen(asio::socket_base::max_listen_connections, ec);
   if (ec)
