@@ -39,24 +39,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-std::string machine_id() {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(f, id);
-  return id;
-}
-
-int64_t total_memory_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  while (f >> key >> kb) {
-    if (key == "MemTotal:") return kb * 1024;
-    f.ignore(256, '\n');
-  }
-  return 0;
-}
-
 Map status_value(const std::string& name, pid_t pid, const process::ExitStatus& s,
                  const std::vector<std::string>& tail) {
   Array lines(tail.begin(), tail.end());
@@ -158,8 +140,8 @@ class Agent {
                                            {"unix", unix_listener_->endpoint()},
                                            {"tcp", tcp_listener_->endpoint()},
                                            {"pid", static_cast<int64_t>(::getpid())},
-                                           {"machine_id", machine_id()},
-                                           {"memory_bytes", total_memory_bytes()}})
+                                           {"machine_id", env::machine_id()},
+                                           {"memory_bytes", proc::read_meminfo().total_bytes}})
               .then([this](const Future<Value>& f) {
                 if (auto e = f.error()) {
                   TROUPE_LOG(Error) << "the head refused registration: " << e->message();

@@ -19,5 +19,8 @@ std::vector<std::string> to_strings(const std::map<std::string, std::string>& va
 bool is_launcher_variable(const std::string& name);
 // The absolute path of the running executable (/proc/self/exe).
 std::string self_executable();
+// Identifies this machine's boot (/proc/sys/kernel/random/boot_id): processes with the same id
+// share a kernel, so Unix sockets and process groups are reachable between them.
+std::string machine_id();
 
 }  // namespace troupe::env

@@ -38,13 +38,6 @@ std::string default_session_dir() {
          std::to_string(counter++);
 }
 
-std::string local_machine_id() {
-  std::ifstream f("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(f, id);
-  return id;
-}
-
 std::string join_ints(const std::vector<int>& v) {
   std::string out;
   for (int i : v) out += (out.empty() ? "" : ",") + std::to_string(i);
@@ -170,7 +163,7 @@ void ClusterImpl::connect_agents() {
             }
             // Workers die with their agent (parent-death signal); on this machine the driver
             // also kills their process groups, so that no child a worker forked survives.
-            bool local = host_records_[i].machine_id == local_machine_id();
+            bool local = host_records_[i].machine_id == env::machine_id();
             for (const auto& w : lost) {
               if (local && w->pid() > 0) process::kill_group(w->pid(), SIGKILL);
               w->mark_dead(w->death_error("its agent on " + agents_[i].host_name + " is gone (" +
