@@ -1,0 +1,126 @@
+// Pipelined asynchronous no-op calls per second, against the floor of the same number of 64-byte
+// messages pipelined through an echo child over a Unix socketpair, both measured in the same run.
+//
+//   BM_UnixSocketPipelined  a floor: the benchmark thread writes kCalls messages (one write()
+//                           each) while a reader thread reads the kCalls echoes (one read()
+//                           each); the child echoes with one read() and one write() per message.
+//   BM_UnixSocketPipelinedBatched  the tighter floor: the same writes, but the child and the
+//                           reader thread read whatever is there (up to 64 KiB) per read(), and
+//                           the child echoes each read with one write(). troupe batches its
+//                           reads the same way (one sendmsg per call or reply, reads as large
+//                           as the buffer allows), so this is the socket cost troupe could reach.
+//   BM_PipelinedNoop1Worker     kCalls w.call<void>("noop") to one worker, then wait for all.
+//   BM_PipelinedNoop8Workers    kCalls calls spread round-robin over 8 workers on 2 simulated
+//                               hosts (4 each), then wait for all.
+//
+// Target in the issue: >= 50,000 calls/s. main() prints each rate against the floor's.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_util.h"
+#include "troupe/troupe.h"
+
+namespace {
+
+constexpr int kCalls = 20000;
+
+using troupe_bench::EchoChild;
+using troupe_bench::kFloorMessageBytes;
+
+void run_socket_pipelined(benchmark::State& state, EchoChild::Mode mode) {
+  EchoChild child(mode);
+  char out[kFloorMessageBytes] = {1};
+  bool ok = true;
+  for (auto _ : state) {
+    std::thread reader([&] {
+      if (mode == EchoChild::Mode::kPerMessage) {
+        char in[kFloorMessageBytes];
+        for (int i = 0; i < kCalls; ++i)
+          if (!troupe_bench::read_all(child.fd(), in, sizeof(in))) {
+            ok = false;
+            return;
+          }
+      } else {
+        std::vector<char> in(64 * 1024);
+        size_t left = kCalls * kFloorMessageBytes;
+        while (left > 0) {
+          ssize_t r = ::read(child.fd(), in.data(), std::min(in.size(), left));
+          if (r < 0 && errno == EINTR) continue;
+          if (r <= 0) {
+            ok = false;
+            return;
+          }
+          left -= static_cast<size_t>(r);
+        }
+      }
+    });
+    for (int i = 0; i < kCalls; ++i)
+      if (!troupe_bench::write_all(child.fd(), out, sizeof(out))) break;
+    reader.join();
+    if (!ok) {
+      state.SkipWithError("echo child went away");
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kCalls);
+}
+void BM_UnixSocketPipelined(benchmark::State& state) {
+  run_socket_pipelined(state, EchoChild::Mode::kPerMessage);
+}
+void BM_UnixSocketPipelinedBatched(benchmark::State& state) {
+  run_socket_pipelined(state, EchoChild::Mode::kBatched);
+}
+BENCHMARK(BM_UnixSocketPipelined)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_UnixSocketPipelinedBatched)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// One cluster with 8 workers on 2 hosts for every run; worker 0 (host 0) also serves the
+// one-worker case. Released at the end of main.
+struct Fixture {
+  troupe::Cluster cluster{troupe_bench::quiet_cluster(2)};
+  std::vector<troupe::Worker> workers;
+  Fixture() {
+    for (int i = 0; i < 8; ++i)
+      workers.push_back(cluster.start_worker(
+          troupe_bench::bench_worker(static_cast<size_t>(i % 2), "tp-" + std::to_string(i))));
+    for (auto& w : workers) w.ready().get(std::chrono::seconds(60));
+    for (auto& w : workers)
+      for (int i = 0; i < 100; ++i) w.call<void>("noop").get();  // warm up
+  }
+};
+std::unique_ptr<Fixture> g_fixture;
+
+void run_pipelined(benchmark::State& state, size_t num_workers) {
+  if (!g_fixture) g_fixture = std::make_unique<Fixture>();
+  const auto& workers = g_fixture->workers;
+  std::vector<troupe::Future<void>> pending;
+  pending.reserve(kCalls);
+  for (auto _ : state) {
+    pending.clear();
+    for (int i = 0; i < kCalls; ++i)
+      pending.push_back(workers[static_cast<size_t>(i) % num_workers].call<void>("noop"));
+    for (auto& f : pending) f.get();  // rethrows a failed call
+  }
+  state.SetItemsProcessed(state.iterations() * kCalls);
+}
+void BM_PipelinedNoop1Worker(benchmark::State& state) { run_pipelined(state, 1); }
+void BM_PipelinedNoop8Workers(benchmark::State& state) { run_pipelined(state, 8); }
+BENCHMARK(BM_PipelinedNoop1Worker)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PipelinedNoop8Workers)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return troupe_bench::bench_main(argc, argv, [](const troupe_bench::RecordingReporter& r) {
+    g_fixture.reset();
+    for (const char* floor : {"BM_UnixSocketPipelinedBatched", "BM_UnixSocketPipelined"})
+      for (const char* name : {"BM_PipelinedNoop1Worker", "BM_PipelinedNoop8Workers"})
+        troupe_bench::print_ratio(r, name, floor, /*rates=*/true, ">= 50000 calls/s");
+  });
+}
