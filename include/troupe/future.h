@@ -2,6 +2,7 @@
 // converted to T on get(), or an Error. All member functions are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -47,9 +48,14 @@ class FutureState {
  private:
   bool complete(std::optional<Value> value, std::optional<Error> error);
 
+  // Spins on ready_flag_ for a few microseconds before sleeping: a call's reply usually arrives
+  // within a round trip, and not sleeping saves the wake-up of the waiting thread.
+  bool spin_until_ready() const;
+
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   bool ready_ = false;
+  std::atomic<bool> ready_flag_{false};  // ready_, readable without the lock
   Value value_;
   std::optional<Error> error_;
   std::vector<std::function<void()>> callbacks_;

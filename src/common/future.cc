@@ -13,6 +13,7 @@ bool FutureState::complete(std::optional<Value> value, std::optional<Error> erro
     if (value) value_ = std::move(*value);
     error_ = std::move(error);
     ready_ = true;
+    ready_flag_.store(true, std::memory_order_release);
     callbacks.swap(callbacks_);
   }
   cv_.notify_all();
@@ -28,12 +29,32 @@ bool FutureState::ready() const {
   return ready_;
 }
 
+bool FutureState::spin_until_ready() const {
+  constexpr auto kSpin = std::chrono::microseconds(50);
+  auto until = Clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (ready_flag_.load(std::memory_order_acquire)) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if ((i & 63) == 63 && Clock::now() >= until) return false;
+  }
+}
+
 bool FutureState::wait_until(Clock::time_point deadline) const {
+  if (spin_until_ready()) {
+    std::lock_guard<std::mutex> lock(mu_);  // pairs with the writer's lock: the result is visible
+    return true;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   return cv_.wait_until(lock, deadline, [&] { return ready_; });
 }
 
 void FutureState::wait() const {
+  if (spin_until_ready()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return;
+  }
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return ready_; });
 }
