@@ -37,6 +37,7 @@
 #include "troupe/cluster.h"
 #include "troupe/future.h"
 #include "troupe/named_sharding.h"
+#include "troupe/stream.h"
 #include "troupe/value.h"
 #include "troupe/virtual_cluster.h"
 #include "troupe/worker_class.h"
@@ -202,6 +203,12 @@ class WorkerGroup {
       const std::vector<std::string>& run_rank_0_only_axes = {}, const Kwargs& common_kwargs = {});
   // The same arguments to every called worker, encoded once.
   MultiWorkerFuture run_all_workers_single_data(
+      const std::string& method, const Kwargs& kwargs = {},
+      const std::vector<std::string>& run_rank_0_only_axes = {});
+  // Calls a stream method (ClassBuilder::stream_method) on every called worker (as
+  // run_all_workers_single_data chooses them) and returns their streams, in worker order, without
+  // reading them: items are buffered until the caller consumes them.
+  std::vector<ValueStream> run_all_workers_single_data_stream(
       const std::string& method, const Kwargs& kwargs = {},
       const std::vector<std::string>& run_rank_0_only_axes = {});
   MultiWorkerFuture run_all_workers_sharded_data(const std::string& method, const Kwargs& data,

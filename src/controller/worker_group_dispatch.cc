@@ -128,6 +128,15 @@ MultiWorkerFuture WorkerGroup::run_all_workers_single_data(
   return MultiWorkerFuture(std::move(futures), called, called);
 }
 
+std::vector<ValueStream> WorkerGroup::run_all_workers_single_data_stream(
+    const std::string& method, const Kwargs& kwargs,
+    const std::vector<std::string>& run_rank_0_only_axes) {
+  std::vector<ValueStream> streams;
+  for (size_t w : impl_->rank_0_workers(run_rank_0_only_axes))
+    streams.push_back(impl_->worker(w).call_stream(method, kwargs));
+  return streams;
+}
+
 MultiWorkerFuture WorkerGroup::run_all_workers_sharded_data(const std::string& method,
                                                             const Kwargs& data,
                                                             const ShardedCallOptions& options) {

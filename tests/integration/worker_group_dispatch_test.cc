@@ -376,6 +376,23 @@ TEST_F(DispatchTest, StreamHeldWithoutReadingBuffersItems) {
   EXPECT_EQ(stream.done().get(kDeadline), Value("counted 5"));
 }
 
+TEST_F(DispatchTest, GroupStreamsAreHandedOutUnreadThenConsumed) {
+  auto streams = group_->run_all_workers_single_data_stream("count", {{"n", 3}, {"delay_ms", 0}});
+  ASSERT_EQ(streams.size(), 4u);
+  for (auto& s : streams) ASSERT_TRUE(s.done().wait_for(kDeadline));
+  for (auto& s : streams) {
+    EXPECT_EQ(s.buffered(), 3u);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(s.next(kDeadline), std::optional<Value>(i));
+    EXPECT_FALSE(s.next(kDeadline).has_value());
+    EXPECT_EQ(s.done().get(kDeadline), Value("counted 3"));
+  }
+  // Rank-0-only axes choose the workers as run_all_workers_single_data does.
+  auto leaders =
+      group_->run_all_workers_single_data_stream("count", {{"n", 1}, {"delay_ms", 0}}, {"tp"});
+  ASSERT_EQ(leaders.size(), 2u);
+  for (auto& s : leaders) EXPECT_EQ(s.next(kDeadline), std::optional<Value>(0));
+}
+
 TEST_F(DispatchTest, StreamMethodThatThrowsFailsAfterItsItems) {
   auto stream = group_->workers()[1].call_stream("count_then_throw", {{"n", 2}});
   EXPECT_EQ(stream.next(kDeadline), std::optional<Value>(0));
