@@ -101,9 +101,10 @@ int run_status(int argc, char** argv) {
           connected.set_value(transport::RpcPeer::attach(c, wire::FrameLimits{}, {}));
         });
     auto peer = connected.get_future().get();
-    Value status = peer->call("status", {}, "status of the head").get(std::chrono::seconds(15));
+    Value status = peer->call("status", {}, "status of the head").get(std::chrono::seconds(30));
     print(status);
     peer->close(Error(ErrorCode::kShutdown, "done"));
+    loop.run_sync([] {});  // let the close run before the loop stops
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "troupe status: %s (session %s)\n", e.what(), session.c_str());

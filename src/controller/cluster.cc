@@ -355,7 +355,7 @@ std::vector<HostMemory> ClusterImpl::host_memory(std::chrono::milliseconds timeo
 
 Value ClusterImpl::status() const {
   Array hosts;
-  auto memory = host_memory(std::chrono::seconds(3));
+  auto memory = host_memory(std::chrono::seconds(10));
   auto free = head_ ? head_->describe_free() : std::vector<std::string>{};
   for (const auto& h : this->hosts()) {
     Map host{{"name", h.name},     {"address", h.address},
