@@ -2,15 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.h"
 #include "troupe/error.h"
 
 namespace troupe::head {
 namespace {
-
-// Expects `text` to contain `part`, printing both otherwise.
-#define EXPECT_HAS(text, part)                               \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) \
-      << "missing: " << (part) << "\nin: " << (text)
 
 HostCapacity host(double cpus, std::vector<int> gpus, int64_t memory = 0,
                   std::map<std::string, std::string> labels = {}) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "integration/test_classes.h"
+#include "test_util.h"
 #include "troupe/troupe.h"
 
 namespace troupe_test {
@@ -45,10 +46,6 @@ Error error_of(const Future<T>& f) {
   }
   return *f.error();
 }
-
-#define EXPECT_HAS(text, part)                               \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) \
-      << "no '" << (part) << "' in: " << (text)
 
 // One single-host cluster shared by the error tests, with one healthy Calculator.
 class ClusterErrorsTest : public ::testing::Test {

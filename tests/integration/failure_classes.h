@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
 #include "troupe/troupe.h"
 
 namespace troupe {
@@ -75,7 +76,6 @@ using namespace std::chrono_literals;
 constexpr auto kDeadline = 20s;
 
 // Expects `part` in the string `text`, printing `text` when it is not.
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 #define EXPECT_LACKS(text, part) EXPECT_EQ((text).find(part), std::string::npos) << (text)
 
 // Waits at most kDeadline for `f`; returns its error (a test failure and kInternal when it
@@ -89,17 +89,6 @@ troupe::Error error_of(const troupe::Future<T>& f) {
   if (auto e = f.error()) return *e;
   ADD_FAILURE() << "the call succeeded; an error was expected";
   return troupe::Error(troupe::ErrorCode::kInternal, "no error");
-}
-
-// Polls `pred` every few milliseconds until it holds or `timeout` passes; returns pred().
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return pred();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
 }
 
 inline double seconds_since(std::chrono::steady_clock::time_point t) {

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "test_util.h"
 #include "troupe/troupe.h"
 
 namespace troupe {
@@ -55,9 +56,6 @@ class HookedProbe {
 };
 
 // ---- driver-side helpers ----
-
-// Expects `part` in the string `text`, printing `text` when it is not.
-#define EXPECT_HAS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 // Runs `f`, which must throw troupe::Error with `code`; returns the error's message ("" and a
 // test failure when nothing or something else is thrown).

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_util.h"
 #include "troupe/troupe.h"
 
 namespace troupe_test {
@@ -116,15 +117,5 @@ struct ChildRun {
 ChildRun run_self_test(const std::string& gtest_filter,
                        const std::map<std::string, std::string>& env,
                        std::chrono::milliseconds timeout);
-// Polls `pred` every few milliseconds until it holds or `timeout` passes; returns pred().
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() >= deadline) return pred();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
 
 }  // namespace troupe_test
