@@ -75,7 +75,7 @@ using namespace std::chrono_literals;
 // The bound on every wait that is not itself under test.
 constexpr auto kDeadline = 20s;
 
-// Expects `part` in the string `text`, printing `text` when it is not.
+// Expects `part` not to be in the string `text`, printing `text` when it is.
 #define EXPECT_LACKS(text, part) EXPECT_EQ((text).find(part), std::string::npos) << (text)
 
 // Waits at most kDeadline for `f`; returns its error (a test failure and kInternal when it
