@@ -154,7 +154,8 @@ TEST_P(LiveClient, CallsRacingAServerCloseAllComplete) {
     }
     EXPECT_EQ(f.error()->code(), ErrorCode::kConnectionLost) << f.error()->what();
   }
-  EXPECT_GT(ok, 0u);
+  // No `ok > 0`: a server that closes with requests unread resets the connection, and the
+  // client's kernel may then drop the replies it had not read yet (seen on Unix sockets).
   EXPECT_LT(ok, all.size());
   EXPECT_EQ(client->pending_calls(), 0u);
   EXPECT_TRUE(echo(*bystander_));
