@@ -93,7 +93,13 @@ struct WorkerOptions {
   std::string name;       // default "<class>-<n>"; unique within the cluster
   std::vector<int> gpus;  // GPU ids of that host for CUDA_VISIBLE_DEVICES (may be shared)
   int num_gpus = 0;       // or: this many GPUs not used by another worker, chosen by the agent
-  std::map<std::string, std::string> env;   // added to the worker's environment
+  // The worker's environment: the driver's as it is at this call (less launcher variables such
+  // as SLURM_* and PMI_*, and troupe's own TROUPE_*), then `env` on top. With
+  // inherit_driver_environment false, `env` is the whole environment (a WorkerGroup passes the
+  // snapshot it took when it was created). It travels with the start request: the worker's agent
+  // adds only troupe's own variables and CUDA_VISIBLE_DEVICES.
+  std::map<std::string, std::string> env;
+  bool inherit_driver_environment = true;
   std::vector<std::string> launch_wrapper;  // command prefix, e.g. {"valgrind", "-q"}
   // Ports reserved on the host (VirtualCluster) that this worker binds: the agent stops holding
   // them just before the worker starts.

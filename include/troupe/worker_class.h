@@ -34,6 +34,9 @@ namespace troupe {
 // How one worker of a class is started. A WorkerBuilder fills it from the caller's options, then
 // the class's defaults and configure hook may change it, then the worker group sets placement.
 struct WorkerConfig {
+  // Resources the worker is placed and started with. A WorkerGroup sets num_gpus to its bundle's
+  // GPU share (0 without GPUs) before the hook runs; a hook may lower it (0: the worker gets no
+  // GPU, CUDA_VISIBLE_DEVICES is empty) but not raise either value past what the bundle holds.
   double num_cpus = 1;
   double num_gpus = 0;
   std::map<std::string, std::string> env;
@@ -44,6 +47,8 @@ struct WorkerConfig {
   std::string worker_name;
   // Set only for the model owner of a tied group: (placement group index, bundle indices).
   std::optional<std::pair<size_t, std::vector<size_t>>> bundle_indices;
+  // GPUs per node of the virtual cluster (0 when unknown), to map bundle ids to node-local ones.
+  int num_gpus_per_node = 0;
 };
 
 // The sending end of a streamed reply, passed as the first parameter of a stream method:

@@ -12,9 +12,11 @@
 //   std::vector<troupe::Value> losses = group.get_all_worker_results(f);  // one per dp shard
 //
 // Worker i of a group has rank i in the group's NamedSharding. Workers start in parallel, one
-// per bundle, with the environment of distributed frameworks: RANK, LOCAL_RANK, WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT, NODE_RANK, AVAILABLE_ADDR_LIST, AVAILABLE_PORT_LIST and
-// TROUPE_WORKER_GROUP.
+// per bundle, with the driver's environment as it is when the group is created (less launcher
+// variables such as SLURM_* and PMI_*), then the group's env_vars, the configure hook's, and the
+// variables of distributed frameworks: RANK, LOCAL_RANK (the bundle's index in its placement
+// group), WORLD_SIZE, MASTER_ADDR (rank 0's host), MASTER_PORT, NODE_RANK (the placement group's
+// index), AVAILABLE_ADDR_LIST, AVAILABLE_PORT_LIST and TROUPE_WORKER_GROUP.
 //
 // Invariants (cited by tests):
 //   WG-1 every worker of a group sees the same MASTER_ADDR and MASTER_PORT, and no other group
@@ -59,12 +61,16 @@ class WorkerBuilder {
   WorkerConfig& options() { return defaults_; }
   const WorkerConfig& options() const { return defaults_; }
 
-  // The configuration of one worker: the caller's options, then the class's configure hook
-  // (each change to a caller-set value is logged as a warning). `bundle_indices` is set for the
-  // model owner of a tied group. Throws Error(kUnknownClass) for a class not registered here.
-  WorkerConfig configure(
-      const std::string& worker_name,
-      std::optional<std::pair<size_t, std::vector<size_t>>> bundle_indices) const;
+  // The configuration of one worker: the caller's options, then the placement's GPU share
+  // (`num_gpus` when given, what the worker gets unless the hook changes it) and topology
+  // (`num_gpus_per_node`), then the class's configure hook (each change it makes is logged as a
+  // warning). `bundle_indices` is set for the model owner of a tied group. The hook's num_cpus
+  // and num_gpus are what a WorkerGroup places and starts the worker with. Throws
+  // Error(kUnknownClass) for a class not registered in this binary.
+  WorkerConfig configure(const std::string& worker_name,
+                         std::optional<std::pair<size_t, std::vector<size_t>>> bundle_indices,
+                         std::optional<double> num_gpus = std::nullopt,
+                         int num_gpus_per_node = 0) const;
 
  private:
   std::string class_name_;
@@ -85,8 +91,14 @@ struct WorkerGroupOptions {
   std::optional<NamedSharding> sharding;
   // Added to every worker's environment; overrides variables inherited from the driver.
   std::map<std::string, std::string> env_vars;
-  // Worker indices of the DP leaders: an ascending subset of the tied-group leaders.
+  // Worker indices of the DP leaders: an ascending subset of the tied-group leaders (the first
+  // worker of each tied group). Default: every tied-group leader, in order (the reference's
+  // rule: a tied group is a DP shard).
   std::optional<std::vector<size_t>> dp_leader_worker_indices;
+  // Instead: the leader of DP shard i is the lowest rank at index i of this sharding axis (e.g.
+  // "dp"), so dp_size() is that axis's size. Each must be a tied-group leader. Exclusive with
+  // dp_leader_worker_indices.
+  std::optional<std::string> dp_leaders_from_axis;
   // Print a progress bar (on a terminal; plain lines otherwise) while workers start.
   bool show_progress = true;
   std::chrono::milliseconds start_timeout{120000};
@@ -114,16 +126,33 @@ struct ShutdownReport {
 
 struct WorkerMetadata {
   size_t worker_index = 0;
-  std::string name;
-  size_t node_idx = 0;  // placement group index
-  size_t bundle_index = 0;
+  std::string name;         // of the current incarnation (NAME-rN after a restart)
+  size_t node_idx = 0;      // placement group index: the worker's NODE_RANK
+  size_t bundle_index = 0;  // within its placement group: the worker's LOCAL_RANK
   size_t host = 0;
   int rank = 0;
-  int local_rank = 0;
-  size_t tied_group = 0;
+  int local_rank = 0;                       // index within its tied group (0 for the model owner)
+  size_t tied_group = 0;                    // the reference's dp_shard_idx
   bool model_owner = false;                 // first worker of its tied group
   std::optional<TiedGroup> bundle_indices;  // set for model owners
-  std::vector<int> gpu_ids;
+  std::vector<int> gpu_ids;  // its CUDA_VISIBLE_DEVICES: the bundle's GPUs, none if num_gpus is 0
+  double num_cpus = 1;       // as the configure hook left them
+  double num_gpus = 0;
+};
+
+// What the restart policy did about one death of a worker (restart_events()).
+struct RestartEvent {
+  enum class Action {
+    kRestarted,      // a new incarnation is running
+    kRestartFailed,  // this attempt failed (counted in the budget); retried while it lasts
+    kBudgetSpent,    // max_restarts used up: the worker stays dead
+    kPolicyOff,      // max_restarts is 0: the worker stays dead
+    kStale,          // the dead incarnation was already replaced (e.g. by recreate_worker)
+  };
+  size_t worker_index = 0;
+  std::string incarnation;  // name of the incarnation that died
+  Action action = Action::kPolicyOff;
+  std::string detail;  // the new incarnation's name, or why not
 };
 
 // The futures of one dispatch, with who was called and whose results count.
@@ -188,7 +217,8 @@ class WorkerGroup {
   // The current handles (recreate_worker and restarts replace entries).
   std::vector<Worker> workers() const;
   Worker worker(size_t idx) const;
-  const std::vector<WorkerMetadata>& worker_metadata() const;
+  // A snapshot (restarts rename workers while the caller reads it).
+  std::vector<WorkerMetadata> worker_metadata() const;
   const NamedSharding& sharding() const;
   size_t dp_size() const;
   // Throws Error(kInvalidArgument) when out of range.
@@ -223,6 +253,10 @@ class WorkerGroup {
   Worker recreate_worker(size_t idx);
   // How many times worker `idx` was recreated (by recreate_worker or the restart policy).
   int restarts(size_t idx) const;
+  // Every death of a worker noticed while the group runs and the restart policy's decision about
+  // it, in order. Decisions are made on the group's restart thread soon after the death; poll
+  // this to learn that one was made. Thread-safe.
+  std::vector<RestartEvent> restart_events() const;
 
   // Reads the state of the GPUs of worker `idx`'s bundle on that bundle's host (NVML, loaded at
   // run time there; a line saying NVML is unavailable otherwise), without taking the GPU. Logs it

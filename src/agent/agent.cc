@@ -241,13 +241,9 @@ class Agent {
     launch.log_to_terminal =
         config_.log_to_terminal && arg_or<bool>(kwargs, "log_to_terminal", true);
 
-    auto vars = env::current();
-    for (auto it = vars.begin(); it != vars.end();)
-      it = it->first.rfind("TROUPE_", 0) == 0 || env::is_launcher_variable(it->first)
-               ? vars.erase(it)
-               : std::next(it);
-    for (const auto& [k, v] : arg_or<std::map<std::string, std::string>>(kwargs, "env", {}))
-      vars[k] = v;
+    // The driver sends the whole environment (its own, taken when the worker or its group was
+    // created): this host's agent environment is not the user's.
+    auto vars = arg_or<std::map<std::string, std::string>>(kwargs, "env", {});
     std::string cuda;
     for (int g : gpus) cuda += (cuda.empty() ? "" : ",") + std::to_string(g);
     vars["CUDA_VISIBLE_DEVICES"] = cuda;

@@ -1,9 +1,13 @@
 // The ports of one host that troupe hands to worker groups (MASTER_PORT, AVAILABLE_PORT_LIST).
 //
-// Ports are never probed and released: a reserved port stays bound by the agent (so no other
-// process can take it) until the worker that needs it starts (take), and stays reserved for its
-// owner until the owner releases it, so two worker groups never get the same port. The range
-// sits below the ephemeral range, where the kernel never picks ports by itself.
+// Ports are never probed and released: a reserved port stays bound by the agent on the wildcard
+// address (so no other process can take it on any address) until the worker that needs it
+// starts (take), and stays reserved for its owner until the owner releases it, so two worker
+// groups never get the same port. Simulated hosts share one kernel's ports (as may agents of
+// other clusters): each reservation also holds an abstract Unix socket named after the port,
+// the machine-wide claim that every troupe agent in this network namespace checks, held until
+// release and dropped by the kernel if the agent dies. The range sits below the ephemeral range,
+// where the kernel never picks ports by itself.
 // Not thread-safe: the agent's I/O thread owns it.
 #pragma once
 
@@ -33,9 +37,12 @@ class PortBook {
  private:
   struct Held {
     std::string owner;
-    int fd = -1;  // -1 once taken
+    int fd = -1;        // the port bound on 0.0.0.0; -1 once taken
+    int claim_fd = -1;  // the abstract socket "troupe-port-PORT"
   };
-  int bind_port(int port) const;  // a bound socket, or -1
+  static int claim_port(int port);  // the bound abstract socket, or -1 when claimed elsewhere
+  static int bind_port(int port);   // a socket bound to 0.0.0.0:port, or -1
+  static void close_held(Held& held);
 
   std::string address_;
   std::map<int, Held> ports_;

@@ -231,8 +231,18 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
   return Worker(worker);
 }
 
+std::map<std::string, std::string> ClusterImpl::inheritable_environment() {
+  auto vars = env::current();
+  for (auto it = vars.begin(); it != vars.end();)
+    it = it->first.rfind("TROUPE_", 0) == 0 || env::is_launcher_variable(it->first) ? vars.erase(it)
+                                                                                    : std::next(it);
+  return vars;
+}
+
 void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options) {
-  std::map<std::string, std::string> vars = options.env;
+  std::map<std::string, std::string> vars;
+  if (options.inherit_driver_environment) vars = inheritable_environment();
+  for (const auto& [k, v] : options.env) vars[k] = v;
   std::vector<std::string> wrapper = options.launch_wrapper;
   if (wrapper.empty())
     for (const auto& rule : options_.launch_wrappers)

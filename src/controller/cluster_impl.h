@@ -28,6 +28,13 @@ class ClusterImpl {
   ~ClusterImpl();
 
   Worker start_worker(WorkerOptions options);
+  // Whether `class_name` runs in another executable (ClusterOptions::executables).
+  bool has_executable(const std::string& class_name) const {
+    return options_.executables.count(class_name) > 0;
+  }
+  // The driver's environment as workers inherit it: without launcher variables (SLURM_*, PMI_*,
+  // ...) and troupe's own TROUPE_* variables. Thread-safe (reads environ).
+  static std::map<std::string, std::string> inheritable_environment();
   std::vector<HostInfo> hosts() const;
   const std::string& session_dir() const { return session_dir_; }
   const std::string& token() const { return token_; }

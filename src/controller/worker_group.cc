@@ -57,7 +57,10 @@ class StartProgress {
 
 WorkerGroupImpl::WorkerGroupImpl(VirtualCluster& cluster, WorkerBuilder builder,
                                  WorkerGroupOptions options)
-    : cluster_(cluster), builder_(std::move(builder)), options_(std::move(options)) {
+    : cluster_(cluster),
+      builder_(std::move(builder)),
+      options_(std::move(options)),
+      driver_env_(ClusterImpl::inheritable_environment()) {
   static std::atomic<int> next_group_id{0};
   name_ = options_.name_prefix;
   port_owner_ = "group-" + name_ + "-" + std::to_string(next_group_id++);
@@ -76,10 +79,8 @@ WorkerGroupImpl::WorkerGroupImpl(VirtualCluster& cluster, WorkerBuilder builder,
     throw;
   }
   cluster_.runtime().impl().register_group(name_);
-  if (options_.max_restarts > 0) {
-    restarter_ = std::thread([this] { restart_loop(); });
-    for (size_t i = 0; i < workers_.size(); ++i) watch(i, workers_[i]);
-  }
+  restarter_ = std::thread([this] { restart_loop(); });
+  for (size_t i = 0; i < workers_.size(); ++i) watch(i, workers_[i]);
 }
 
 WorkerGroupImpl::~WorkerGroupImpl() { shutdown(ShutdownOptions{}); }
@@ -91,82 +92,6 @@ Worker WorkerGroupImpl::worker(size_t idx) const {
                                                  " is out of range: group '" + name_ + "' has " +
                                                  std::to_string(workers_.size()) + " workers");
   return workers_[idx];
-}
-
-Worker WorkerGroupImpl::recreate_worker(size_t idx) {
-  std::lock_guard<std::mutex> serial(recreate_mu_);
-  Worker old = worker(idx);
-  WorkerOptions o;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (shut_down_) throw Error(ErrorCode::kShutdown, "worker group '" + name_ + "' is shut down");
-    o = creation_[idx];
-    o.name = creation_[idx].name + "-r" + std::to_string(++restarts_[idx]);
-  }
-  if (old.alive()) old.stop();
-  Worker fresh = cluster_.runtime().start_worker(o);
-  auto ready = fresh.ready();
-  if (!ready.wait_for(options_.start_timeout)) {
-    fresh.stop(std::chrono::milliseconds(0));
-    throw Error(ErrorCode::kTimeout, "recreated worker '" + o.name + "' was not ready in time");
-  }
-  ready.get();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    workers_[idx] = fresh;
-    metadata_[idx].name = o.name;
-  }
-  TROUPE_LOG(Info) << "worker " << idx << " of group " << name_ << " recreated as " << o.name;
-  if (options_.max_restarts > 0) watch(idx, fresh);
-  return fresh;
-}
-
-void WorkerGroupImpl::watch(size_t idx, const Worker& worker) {
-  std::weak_ptr<RestartQueue> weak = restart_queue_;
-  worker.died().then([weak, idx, name = worker.name()](const Future<std::string>&) {
-    auto q = weak.lock();
-    if (!q) return;
-    {
-      std::lock_guard<std::mutex> lock(q->mu);
-      if (q->closed) return;
-      q->dead.emplace_back(idx, name);
-    }
-    q->cv.notify_all();
-  });
-}
-
-void WorkerGroupImpl::restart_loop() {
-  auto& q = *restart_queue_;
-  for (;;) {
-    std::pair<size_t, std::string> dead;
-    {
-      std::unique_lock<std::mutex> lock(q.mu);
-      q.cv.wait(lock, [&] { return q.closed || !q.dead.empty(); });
-      if (q.closed) return;
-      dead = q.dead.front();
-      q.dead.pop_front();
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      // Only the current incarnation's death counts, and only within the budget.
-      if (shut_down_ || workers_[dead.first].name() != dead.second) continue;
-      if (restarts_[dead.first] >= options_.max_restarts) {
-        TROUPE_LOG(Warning) << "worker " << dead.second << " of group " << name_
-                            << " died and has used its " << options_.max_restarts
-                            << " restarts; it stays dead";
-        continue;
-      }
-    }
-    try {
-      recreate_worker(dead.first);
-    } catch (const Error& e) {
-      TROUPE_LOG(Error) << "restart of worker " << dead.second << " failed: " << e.message();
-      // The dead incarnation is still in place (e.g. the new one was killed while it started):
-      // try again while the budget lasts (each attempt counts in restarts_).
-      std::lock_guard<std::mutex> lock(q.mu);
-      if (!q.closed) q.dead.push_back(dead);
-    }
-  }
 }
 
 std::vector<TiedGroup> WorkerGroupImpl::tied_groups() const {
@@ -271,34 +196,52 @@ NamedSharding WorkerGroupImpl::make_sharding(size_t workers) const {
   return s;
 }
 
+WorkerConfig WorkerGroupImpl::configure(const WorkerMetadata& m, const Bundle& bundle) const {
+  WorkerBuilder with_env = builder_;
+  for (const auto& [k, v] : options_.env_vars) with_env.options().env[k] = v;
+  // A class that lives in another executable has its hook there, not in this binary.
+  if (!detail::find_class(builder_.class_name()) &&
+      cluster_.runtime().impl().has_executable(builder_.class_name())) {
+    WorkerConfig config = with_env.options();
+    config.worker_name = m.name;
+    config.bundle_indices = m.bundle_indices;
+    config.num_cpus = bundle.num_cpus;
+    config.num_gpus = bundle.num_gpus;
+    return config;
+  }
+  WorkerConfig placed = with_env.options();
+  placed.num_cpus = bundle.num_cpus;  // the bundle decides, the hook may lower it
+  with_env.options() = placed;
+  WorkerConfig config = with_env.configure(m.name, m.bundle_indices, bundle.num_gpus,
+                                           cluster_.options().num_gpus_per_node);
+  auto over = [&](const char* what, double want, double held) {
+    const double kSlack = 1e-9;  // shares are sums of 1/k
+    if (want >= 0 && want <= held + kSlack) return;
+    char text[128];
+    std::snprintf(text, sizeof(text), "%s=%g, but its bundle %zu of placement group %zu", what,
+                  want, m.bundle_index, m.node_idx);
+    std::string reason = text;
+    std::snprintf(text, sizeof(text), " holds %g", held);
+    throw Error(ErrorCode::kResourceUnavailable, "class " + builder_.class_name() +
+                                                     " configures worker " + m.name + " with " +
+                                                     reason + " on " + bundle.host_name + text);
+  };
+  over("num_cpus", config.num_cpus, bundle.num_cpus);
+  over("num_gpus", config.num_gpus, bundle.num_gpus);
+  return config;
+}
+
 void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
   const auto& pgs = cluster_.get_placement_groups();
   std::vector<std::pair<size_t, size_t>> bundles;
   for (const auto& [pg, list] : groups)
     for (size_t b : list) bundles.emplace_back(pg, b);
   const size_t world = bundles.size();
-  // MASTER_ADDR is the host of rank 0, which binds MASTER_PORT.
-  AddressAndPort master = cluster_.impl().ports_for({bundles.front()}, port_owner_).front();
-  std::vector<AddressAndPort> available = cluster_.impl().ports_for(bundles, port_owner_);
-  std::vector<std::string> addr_list, port_list;
-  for (const auto& a : available) {
-    addr_list.push_back(a.address);
-    port_list.push_back(std::to_string(a.port));
-  }
-  // NODE_RANK and LOCAL_RANK follow the hosts of the group's bundles in order.
-  std::map<size_t, int> node_rank, next_local;
-  for (const auto& [pg, b] : bundles) {
-    size_t host = pgs[pg].bundles[b].host;
-    if (!node_rank.count(host)) {
-      int next = static_cast<int>(node_rank.size());
-      node_rank[host] = next;
-    }
-  }
 
-  auto t0 = Clock::now();
-  Cluster& runtime = cluster_.runtime();
-  size_t rank = 0;
-  for (size_t g = 0; g < groups.size(); ++g) {
+  // Every worker's configuration first (the hook may refuse one): nothing starts on an error.
+  std::vector<WorkerMetadata> metadata;
+  std::vector<WorkerConfig> configs;
+  for (size_t g = 0, rank = 0; g < groups.size(); ++g) {
     const auto& [pg, list] = groups[g];
     for (size_t l = 0; l < list.size(); ++l, ++rank) {
       const Bundle& bundle = pgs[pg].bundles[list[l]];
@@ -308,57 +251,73 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
       m.bundle_index = list[l];
       m.host = bundle.host;
       m.rank = static_cast<int>(rank);
-      m.local_rank = next_local[bundle.host]++;
+      m.local_rank = static_cast<int>(l);
       m.tied_group = g;
       m.model_owner = l == 0;
       if (m.model_owner) m.bundle_indices = groups[g];
-      m.gpu_ids = bundle.gpu_ids;
       m.name = list.size() > 1 ? name_ + "-grp" + std::to_string(g) + "-" + std::to_string(l)
                                : name_ + "-" + std::to_string(pg) + "-" + std::to_string(list[l]);
-
-      WorkerOptions o;
-      o.class_name = builder_.class_name();
-      o.host = bundle.host;
-      o.name = m.name;
-      o.gpus = bundle.gpu_ids;
-      o.start_timeout = options_.start_timeout;
-      o.group = name_;
-      o.rank = static_cast<int>(rank);
-      // Precedence, lowest first: the caller's options (builder, group env_vars), the class's
-      // configure hook, then the placement below.
-      WorkerBuilder with_env = builder_;
-      for (const auto& [k, v] : options_.env_vars) with_env.options().env[k] = v;
-      WorkerConfig config = with_env.configure(m.name, m.bundle_indices);
-      o.args = config.args;
-      o.launch_wrapper = config.launch_wrapper;
-      o.env = config.env;
-      std::map<std::string, std::string> placement = {
-          {"RANK", std::to_string(rank)},
-          {"LOCAL_RANK", std::to_string(m.local_rank)},
-          {"WORLD_SIZE", std::to_string(world)},
-          {"NODE_RANK", std::to_string(node_rank[bundle.host])},
-          {"MASTER_ADDR", master.address},
-          {"MASTER_PORT", std::to_string(master.port)},
-          {"AVAILABLE_ADDR_LIST", python_list(addr_list, true)},
-          {"AVAILABLE_PORT_LIST", python_list(port_list, false)},
-          {"TROUPE_WORKER_GROUP", name_},
-      };
-      for (const auto& [k, v] : placement) {
-        auto it = o.env.find(k);
-        if (it != o.env.end() && it->second != v)
-          TROUPE_LOG(Warning) << "worker " << m.name << ": " << k << "=" << it->second
-                              << " is replaced by the group's placement (" << v << ")";
-        o.env[k] = v;
-      }
-      o.ports.push_back(available[rank].port);
-      if (rank == 0) o.ports.push_back(master.port);
-      metadata_.push_back(m);
-      creation_.push_back(o);
-      restarts_.push_back(0);
-      workers_.push_back(runtime.start_worker(o));
+      configs.push_back(configure(m, bundle));
+      m.num_cpus = configs.back().num_cpus;
+      m.num_gpus = configs.back().num_gpus;
+      if (m.num_gpus > 0) m.gpu_ids = bundle.gpu_ids;
+      metadata.push_back(std::move(m));
     }
   }
 
+  // MASTER_ADDR is the host of rank 0, which binds MASTER_PORT.
+  AddressAndPort master = cluster_.impl().ports_for({bundles.front()}, port_owner_).front();
+  std::vector<AddressAndPort> available = cluster_.impl().ports_for(bundles, port_owner_);
+  std::vector<std::string> addr_list, port_list;
+  for (const auto& a : available) {
+    addr_list.push_back(a.address);
+    port_list.push_back(std::to_string(a.port));
+  }
+
+  auto t0 = Clock::now();
+  Cluster& runtime = cluster_.runtime();
+  for (size_t rank = 0; rank < world; ++rank) {
+    const WorkerMetadata& m = metadata[rank];
+    const WorkerConfig& config = configs[rank];
+    WorkerOptions o;
+    o.class_name = builder_.class_name();
+    o.host = m.host;
+    o.name = m.name;
+    o.gpus = m.gpu_ids;
+    o.start_timeout = options_.start_timeout;
+    o.group = name_;
+    o.rank = m.rank;
+    o.args = config.args;
+    o.launch_wrapper = config.launch_wrapper;
+    // Precedence, lowest first: the driver's environment when the group was created, the
+    // caller's options (builder, group env_vars), the class's configure hook, the placement.
+    o.inherit_driver_environment = false;
+    o.env = driver_env_;
+    for (const auto& [k, v] : config.env) o.env[k] = v;
+    std::map<std::string, std::string> placement = {
+        {"RANK", std::to_string(rank)},
+        {"LOCAL_RANK", std::to_string(m.bundle_index)},
+        {"WORLD_SIZE", std::to_string(world)},
+        {"NODE_RANK", std::to_string(m.node_idx)},
+        {"MASTER_ADDR", master.address},
+        {"MASTER_PORT", std::to_string(master.port)},
+        {"AVAILABLE_ADDR_LIST", python_list(addr_list, true)},
+        {"AVAILABLE_PORT_LIST", python_list(port_list, false)},
+        {"TROUPE_WORKER_GROUP", name_},
+    };
+    for (const auto& [k, v] : placement) {
+      if (auto it = config.env.find(k); it != config.env.end() && it->second != v)
+        TROUPE_LOG(Warning) << "worker " << m.name << ": " << k << "=" << it->second
+                            << " is replaced by the group's placement (" << v << ")";
+      o.env[k] = v;
+    }
+    o.ports.push_back(available[rank].port);
+    if (rank == 0) o.ports.push_back(master.port);
+    metadata_.push_back(m);
+    creation_.push_back(o);
+    restarts_.push_back(0);
+    workers_.push_back(runtime.start_worker(o));
+  }
   StartProgress progress("Starting " + std::to_string(world) + " workers of " + name_, world,
                          options_.show_progress);
   progress.update(0);
@@ -389,36 +348,48 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
 }
 
 void WorkerGroupImpl::choose_dp_leaders(const std::vector<TiedGroup>& groups) {
+  // The reference's rule: the first worker of each tied group, in order, leads one DP shard.
   std::vector<size_t> tied_leaders;
   size_t first = 0;
   for (const auto& g : groups) {
     tied_leaders.push_back(first);
     first += g.second.size();
   }
+  auto listed = [](const std::vector<size_t>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+    return out + "]";
+  };
+  if (options_.dp_leader_worker_indices && options_.dp_leaders_from_axis)
+    throw Error(ErrorCode::kInvalidArgument,
+                "dp_leader_worker_indices and dp_leaders_from_axis are exclusive; give one");
   if (options_.dp_leader_worker_indices) {
     const auto& want = *options_.dp_leader_worker_indices;
-    for (size_t i = 0; i < want.size(); ++i) {
-      if (i > 0 && want[i] <= want[i - 1])
-        throw Error(ErrorCode::kInvalidArgument,
-                    "dp_leader_worker_indices must be strictly ascending (" +
-                        std::to_string(want[i - 1]) + " then " + std::to_string(want[i]) + ")");
-      if (!std::binary_search(tied_leaders.begin(), tied_leaders.end(), want[i]))
-        throw Error(ErrorCode::kInvalidArgument,
-                    "dp_leader_worker_indices names worker " + std::to_string(want[i]) +
-                        ", which is not the first worker of a tied group");
-    }
+    bool ok = true;
+    for (size_t i = 0; i < want.size(); ++i)
+      ok = ok && (i == 0 || want[i] > want[i - 1]) &&
+           std::binary_search(tied_leaders.begin(), tied_leaders.end(), want[i]);
+    if (!ok)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "dp_leader_worker_indices " + listed(want) +
+                      " must be an ascending subset of the tied group leaders " +
+                      listed(tied_leaders));
     dp_leaders_ = want;
     return;
   }
-  // With a sharding that names a data-parallel axis, the leader of dp shard i is its first rank;
-  // otherwise every tied group is one dp shard led by its model owner.
-  for (const char* axis : {"dp", "data_parallel"}) {
-    if (!options_.sharding) break;
-    const auto& names = sharding_->names();
-    if (std::find(names.begin(), names.end(), axis) == names.end()) continue;
-    for (size_t i = 0; i < sharding_->get_axis_size(axis); ++i)
-      dp_leaders_.push_back(
-          static_cast<size_t>(sharding_->get_ranks_by_coord({{axis, static_cast<int>(i)}})[0]));
+  if (options_.dp_leaders_from_axis) {
+    const std::string& axis = *options_.dp_leaders_from_axis;
+    check_axes({axis}, "dp_leaders_from_axis");
+    for (size_t i = 0; i < sharding_->get_axis_size(axis); ++i) {
+      auto ranks = sharding_->get_ranks_by_coord({{axis, static_cast<int>(i)}});
+      size_t leader = static_cast<size_t>(*std::min_element(ranks.begin(), ranks.end()));
+      if (!std::binary_search(tied_leaders.begin(), tied_leaders.end(), leader))
+        throw Error(ErrorCode::kInvalidArgument,
+                    "dp_leaders_from_axis '" + axis + "': the leader of index " +
+                        std::to_string(i) + " is worker " + std::to_string(leader) +
+                        ", which is not one of the tied group leaders " + listed(tied_leaders));
+      dp_leaders_.push_back(leader);
+    }
     return;
   }
   dp_leaders_ = tied_leaders;
@@ -429,7 +400,11 @@ std::string WorkerGroupImpl::gpu_state(size_t idx, const std::string& label,
   std::string text;
   try {
     Worker w = worker(idx);
-    std::vector<int> gpus = metadata_[idx].gpu_ids;
+    std::vector<int> gpus;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gpus = metadata_[idx].gpu_ids;
+    }
     auto agent = w.state()->agent.lock();
     if (!agent) throw Error(ErrorCode::kConnectionLost, "the worker's agent is gone");
     auto f = agent->call("gpu_state", Map{{"gpus", to_value(gpus)}});
@@ -512,12 +487,23 @@ ShutdownReport WorkerGroupImpl::shutdown(const ShutdownOptions& options) {
 
 WorkerConfig WorkerBuilder::configure(
     const std::string& worker_name,
-    std::optional<std::pair<size_t, std::vector<size_t>>> bundle_indices) const {
+    std::optional<std::pair<size_t, std::vector<size_t>>> bundle_indices,
+    std::optional<double> num_gpus, int num_gpus_per_node) const {
   const detail::ClassInfo* info = detail::find_class(class_name_);
+  if (!info) {
+    std::string known;
+    for (const auto& n : detail::registered_class_names()) known += (known.empty() ? "" : ", ") + n;
+    throw Error(ErrorCode::kUnknownClass, "cannot configure worker '" + worker_name + "': class '" +
+                                              class_name_ +
+                                              "' is not registered in this binary (registered: " +
+                                              (known.empty() ? "none" : known) + ")");
+  }
   WorkerConfig config = defaults_;
   config.worker_name = worker_name;
   config.bundle_indices = std::move(bundle_indices);
-  if (!info || !info->configure) return config;
+  if (num_gpus) config.num_gpus = *num_gpus;
+  config.num_gpus_per_node = num_gpus_per_node;
+  if (!info->configure) return config;
   const WorkerConfig before = config;
   info->configure(config);
   auto warn = [&](const std::string& what, const std::string& from, const std::string& to) {

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <map>
+#include <unordered_map>
 
 #include "controller/worker_group_impl.h"
 #include "controller/worker_state.h"
@@ -66,7 +67,14 @@ std::vector<Worker> WorkerGroup::workers() const {
   return impl_->workers_;
 }
 Worker WorkerGroup::worker(size_t idx) const { return impl_->worker(idx); }
-const std::vector<WorkerMetadata>& WorkerGroup::worker_metadata() const { return impl_->metadata_; }
+std::vector<WorkerMetadata> WorkerGroup::worker_metadata() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->metadata_;
+}
+std::vector<RestartEvent> WorkerGroup::restart_events() const {
+  std::lock_guard<std::mutex> lock(impl_->mu_);
+  return impl_->events_;
+}
 Worker WorkerGroup::recreate_worker(size_t idx) { return impl_->recreate_worker(idx); }
 int WorkerGroup::restarts(size_t idx) const {
   impl_->check_worker_index(idx);
@@ -163,12 +171,15 @@ MultiWorkerFuture WorkerGroup::run_all_workers_sharded_data(const std::string& m
   std::vector<size_t> called, return_from;
   for (size_t w = 0; w < impl_->metadata_.size(); ++w) {
     int rank = static_cast<int>(w);
+    // A worker off index 0 of a free axis (neither sharded nor replicated) gets no data and is
+    // not returned from, dummy call or not; off index 0 of an output_is_replicated axis it is
+    // called but not returned from.
     bool receives = true, returns = true;
     for (const auto& axis : sharding.names()) {
       bool zero = sharding.is_axis_zero(rank, axis);
       if (!contains(options.in_sharded_axes, axis) && !contains(options.replicate_on_axes, axis) &&
           !zero)
-        receives = false;
+        receives = returns = false;
       if (contains(options.output_is_replicated, axis) && !zero) returns = false;
     }
     if (receives) {
@@ -247,11 +258,14 @@ std::vector<Value> MultiWorkerFuture::get() const {
 
 std::vector<std::pair<size_t, std::variant<Value, Error>>> MultiWorkerFuture::results_or_errors()
     const {
+  std::unordered_map<size_t, size_t> future_of;  // worker -> index in futures_
+  future_of.reserve(called_workers_.size());
+  for (size_t i = 0; i < called_workers_.size(); ++i) future_of.emplace(called_workers_[i], i);
   std::vector<std::pair<size_t, std::variant<Value, Error>>> out;
   for (size_t w : return_from_workers_) {
-    auto it = std::find(called_workers_.begin(), called_workers_.end(), w);
-    if (it == called_workers_.end()) continue;
-    const Future<Value>& f = futures_[static_cast<size_t>(it - called_workers_.begin())];
+    auto it = future_of.find(w);
+    if (it == future_of.end()) continue;
+    const Future<Value>& f = futures_[it->second];
     f.wait();
     if (auto e = f.error())
       out.emplace_back(w, *e);

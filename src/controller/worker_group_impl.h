@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -25,6 +26,8 @@ class WorkerGroupImpl {
   WorkerGroupOptions options_;
   std::string name_;
   std::string port_owner_;  // unique per group: its ports are released at shutdown
+  // The driver's environment when the group was created: every incarnation starts with it.
+  const std::map<std::string, std::string> driver_env_;
   std::optional<NamedSharding> sharding_;
   std::vector<size_t> dp_leaders_;
 
@@ -34,6 +37,7 @@ class WorkerGroupImpl {
   std::vector<WorkerMetadata> metadata_;
   std::vector<WorkerOptions> creation_;
   std::vector<int> restarts_;
+  std::vector<RestartEvent> events_;
   bool shut_down_ = false;
   std::optional<ShutdownReport> report_;
 
@@ -56,14 +60,21 @@ class WorkerGroupImpl {
     std::deque<std::pair<size_t, std::string>> dead;  // worker index, name of the incarnation
     bool closed = false;
   };
+  // Queues the restart policy's decision about `worker`'s death (any incarnation, any policy).
   void watch(size_t idx, const Worker& worker);
   void restart_loop();
+  void record(size_t idx, const std::string& incarnation, RestartEvent::Action action,
+              std::string detail);
   std::shared_ptr<RestartQueue> restart_queue_ = std::make_shared<RestartQueue>();
   std::thread restarter_;
   std::mutex recreate_mu_;
 
   std::vector<TiedGroup> tied_groups() const;
   NamedSharding make_sharding(size_t workers) const;
+  // The configuration of the worker `m` on `bundle`: caller's options, the bundle's resources,
+  // then the class's hook. Throws kResourceUnavailable when the hook asks for more than the
+  // bundle holds.
+  WorkerConfig configure(const WorkerMetadata& m, const Bundle& bundle) const;
   void start_workers(const std::vector<TiedGroup>& groups);
   void choose_dp_leaders(const std::vector<TiedGroup>& groups);
 };

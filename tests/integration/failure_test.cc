@@ -122,8 +122,14 @@ TEST(WorkerDeath, SigkillFailsPendingAndLaterCallsNamingTheWorker) {
       EXPECT_HAS(err.message(), victim.name());
     }
 
-    // max_restarts defaults to 0: the worker stays dead.
-    std::this_thread::sleep_for(300ms);
+    // max_restarts defaults to 0: the restart policy decides to leave the worker dead.
+    ASSERT_TRUE(eventually([&] { return !group.restart_events().empty(); }, kDeadline));
+    auto events = group.restart_events();
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].worker_index, v);
+    EXPECT_EQ(events[0].incarnation, victim.name());
+    EXPECT_EQ(events[0].action, troupe::RestartEvent::Action::kPolicyOff);
+    EXPECT_HAS(events[0].detail, "max_restarts is 0");
     EXPECT_EQ(group.worker(v).name(), victim.name());
     EXPECT_FALSE(group.worker(v).alive());
     EXPECT_EQ(group.restarts(v), 0);
@@ -258,8 +264,10 @@ TEST(Recreate, ReplaysAKilledWorkerInPlace) {
     Error e = error_of(pending);
     EXPECT_EQ(e.code(), ErrorCode::kWorkerDied) << e.what();
 
+    const auto metadata_before = group.worker_metadata();  // a snapshot, not a live view
     Worker fresh = group.recreate_worker(idx);
     procs.add_tree(fresh.pid(), "recreated worker " + fresh.name());
+    EXPECT_EQ(metadata_before[idx].name, base);
     EXPECT_EQ(fresh.name(), base + "-r1");
     EXPECT_EQ(group.worker(idx).name(), base + "-r1");
     EXPECT_EQ(group.worker_metadata()[idx].name, base + "-r1");
@@ -329,8 +337,12 @@ TEST(RestartPolicy, RestartsWithinTheBudgetAndNeverRerunsACall) {
     EXPECT_EQ(group.restarts(idx), 1);
     EXPECT_EQ(second.call("echo", {{"x", 7}}).get(kDeadline), echoed(1, 7));
 
-    // The killed call was not re-run on the new incarnation; a new call runs there once.
-    std::this_thread::sleep_for(300ms);
+    // The killed call was not re-run on the new incarnation; a new call runs there once. A
+    // re-run would have been sent while restarting, before the echo above, and calls to one
+    // worker run in submission order: the echo's reply shows that none ran.
+    ASSERT_TRUE(eventually([&] { return group.restart_events().size() == 1; }, kDeadline));
+    EXPECT_EQ(group.restart_events()[0].action, troupe::RestartEvent::Action::kRestarted);
+    EXPECT_EQ(group.restart_events()[0].detail, base + "-r1");
     auto lines = read_lines(side_effects);
     ASSERT_EQ(lines.size(), 1u) << read_file(side_effects);
     EXPECT_EQ(lines[0], std::to_string(first_pid) + " " + base);
@@ -344,7 +356,11 @@ TEST(RestartPolicy, RestartsWithinTheBudgetAndNeverRerunsACall) {
     // The budget is used: killed again, it stays dead.
     ASSERT_EQ(::kill(second.pid(), SIGKILL), 0);
     ASSERT_TRUE(second.died().wait_for(kDeadline));
-    std::this_thread::sleep_for(500ms);
+    ASSERT_TRUE(eventually([&] { return group.restart_events().size() == 2; }, kDeadline));
+    auto spent = group.restart_events()[1];
+    EXPECT_EQ(spent.incarnation, base + "-r1");
+    EXPECT_EQ(spent.action, troupe::RestartEvent::Action::kBudgetSpent);
+    EXPECT_HAS(spent.detail, "all 1 restarts are used");
     EXPECT_EQ(group.worker(idx).name(), base + "-r1");
     EXPECT_FALSE(group.worker(idx).alive());
     EXPECT_EQ(group.restarts(idx), 1);

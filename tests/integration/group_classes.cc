@@ -1,7 +1,15 @@
 #include "integration/group_classes.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -46,7 +54,25 @@ std::string GroupProbe::count_then_throw(troupe::StreamWriter& out, int n) {
   throw std::runtime_error("stream broke after " + std::to_string(n));
 }
 
+std::string GroupProbe::bind_any(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::string("bind failed: socket: ") + std::strerror(errno);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // as TCPStore does
+  std::string out = "bound";
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 1) != 0)
+    out = std::string("bind failed: ") + std::strerror(errno);
+  ::close(fd);
+  return out;
+}
+
 std::optional<std::string> HookedProbe::env(std::string name) { return getenv_of(name); }
+std::optional<std::string> OwnerGpuProbe::env(std::string name) { return getenv_of(name); }
+std::optional<std::string> GreedyProbe::env(std::string name) { return getenv_of(name); }
 
 TROUPE_WORKER_CLASS(GroupProbe, cls) {
   cls.method("echo", &GroupProbe::echo, {"x", "tag"});
@@ -55,6 +81,7 @@ TROUPE_WORKER_CLASS(GroupProbe, cls) {
   cls.method("fail_on", &GroupProbe::fail_on, {"bad_rank", "x"});
   cls.stream_method("count", &GroupProbe::count, {"n", "delay_ms"});
   cls.stream_method("count_then_throw", &GroupProbe::count_then_throw, {"n"});
+  cls.method("bind_any", &GroupProbe::bind_any, {"port"});
 }
 
 TROUPE_WORKER_CLASS(HookedProbe, cls) {
@@ -70,6 +97,25 @@ TROUPE_WORKER_CLASS(HookedProbe, cls) {
       config.env["HOOK_BUNDLE_INDICES"] = s;
     }
   });
+}
+
+TROUPE_WORKER_CLASS(OwnerGpuProbe, cls) {
+  cls.method("env", &OwnerGpuProbe::env, {"name"});
+  cls.configure([](troupe::WorkerConfig& config) {
+    char offered[96];
+    std::snprintf(offered, sizeof(offered), "gpus=%g per_node=%d", config.num_gpus,
+                  config.num_gpus_per_node);
+    config.env["HOOK_OFFERED"] = offered;
+    if (!config.bundle_indices) {
+      config.num_gpus = 0;
+      config.num_cpus = 0.5;
+    }
+  });
+}
+
+TROUPE_WORKER_CLASS(GreedyProbe, cls) {
+  cls.method("env", &GreedyProbe::env, {"name"});
+  cls.configure([](troupe::WorkerConfig& config) { config.num_gpus = 2; });
 }
 
 }  // namespace troupe_test

@@ -13,9 +13,16 @@
 //                                   returns "counted n"
 //                   count_then_throw(n) [stream]: writes 0..n-1, then throws
 //                                   std::runtime_error("stream broke after n")
+//                   bind_any(port) -> "bound", or "bind failed: <reason>": binds 0.0.0.0:port
+//                                   and listens, as torch.distributed's TCPStore does on
+//                                   MASTER_PORT, then closes it
 //   HookedProbe()   env(name); its configure hook sets HOOK_VAR=from-hook, RANK=999,
 //                   HOOK_WORKER_NAME=<worker name> and, for a tied group's model owner only,
 //                   HOOK_BUNDLE_INDICES="<pg>:<b0>,<b1>,..."
+//   OwnerGpuProbe() env(name); its configure hook (as the reference's tied groups do) gives
+//                   workers that are not a model owner 0 GPUs and half a CPU, and records what it
+//                   was offered in HOOK_OFFERED="gpus=<num_gpus> per_node=<num_gpus_per_node>"
+//   GreedyProbe()   env(name); its configure hook asks for 2 GPUs, more than any bundle holds
 #pragma once
 
 #include <gtest/gtest.h>
@@ -45,12 +52,21 @@ class GroupProbe {
   troupe::Value fail_on(int bad_rank, troupe::Value x);
   std::string count(troupe::StreamWriter& out, int n, int delay_ms);
   std::string count_then_throw(troupe::StreamWriter& out, int n);
+  std::string bind_any(int port);
 
  private:
   int rank_;
 };
 
 class HookedProbe {
+ public:
+  std::optional<std::string> env(std::string name);
+};
+class OwnerGpuProbe {
+ public:
+  std::optional<std::string> env(std::string name);
+};
+class GreedyProbe {
  public:
   std::optional<std::string> env(std::string name);
 };

@@ -99,7 +99,7 @@ TEST_F(DispatchTest, GroupLayout) {
   EXPECT_EQ(s.get_worker_coords(1), (std::vector<int>{0, 1}));
   EXPECT_EQ(s.get_worker_coords(2), (std::vector<int>{1, 0}));
   EXPECT_EQ(s.get_worker_coords(3), (std::vector<int>{1, 1}));
-  EXPECT_EQ(group_->dp_size(), 2u);
+  EXPECT_EQ(group_->dp_size(), 4u);  // untied: each worker is a tied group and leads a shard
 }
 
 TEST_F(DispatchTest, SingleWorkerSingleData) {
@@ -180,24 +180,42 @@ TEST_F(DispatchTest, ShardedOnDpReplicatedOnTp) {
   EXPECT_EQ(f.futures()[3].get(kDeadline), echoed(3, "shard1"));
 }
 
-// tp free (neither sharded nor replicated): only tp index 0 receives data.
+// A free axis (neither sharded nor replicated): only its index 0 receives data, and only its
+// index 0 is returned from, dummy calls or not (the reference's rule).
 TEST_F(DispatchTest, FreeAxisAndDummyCalls) {
+  // dp sharded, tp free: workers 0 (dp 0) and 2 (dp 1) get their shard; 1 and 3 are skipped.
   const Kwargs data = {{"x", Array{"shard0", "shard1"}}};
   auto f = group_->run_all_workers_sharded_data("echo", data,
                                                 sharded({"dp"}, {}, {}, false, {{"tag", "c"}}));
   EXPECT_EQ(f.called_workers(), (Workers{0, 2}));
-  EXPECT_EQ(f.return_from_workers(), (Workers{0, 1, 2, 3}));
+  EXPECT_EQ(f.return_from_workers(), (Workers{0, 2}));
   EXPECT_EQ(results(f), (Values{echoed(0, "shard0", "c"), echoed(2, "shard1", "c")}));
 
-  // Dummy calls: workers 1 and 3 are called too, with nil data and the common kwargs intact.
+  // Dummy calls: workers 1 and 3 are called too, with nil data and the common kwargs intact,
+  // but their results are not returned.
   f = group_->run_all_workers_sharded_data("echo", data,
                                            sharded({"dp"}, {}, {}, true, {{"tag", "c"}}));
   EXPECT_EQ(f.called_workers(), (Workers{0, 1, 2, 3}));
-  EXPECT_EQ(f.return_from_workers(), (Workers{0, 1, 2, 3}));
-  EXPECT_EQ(results(f), (Values{echoed(0, "shard0", "c"), echoed(1, Value(), "c"),
-                                echoed(2, "shard1", "c"), echoed(3, Value(), "c")}));
+  EXPECT_EQ(f.return_from_workers(), (Workers{0, 2}));
+  EXPECT_EQ(results(f), (Values{echoed(0, "shard0", "c"), echoed(2, "shard1", "c")}));
+  ASSERT_EQ(f.futures().size(), 4u);
+  EXPECT_EQ(f.futures()[1].get(kDeadline), echoed(1, Value(), "c"));
+  EXPECT_EQ(f.futures()[3].get(kDeadline), echoed(3, Value(), "c"));
 
-  // Dummy calls with the output replicated along tp: their results are dropped.
+  // tp sharded, dp free: workers 0 (tp 0) and 1 (tp 1); workers 2 and 3 (dp 1) are skipped.
+  const Kwargs by_tp = {{"x", Array{"t0", "t1"}}};
+  f = group_->run_all_workers_sharded_data("echo", by_tp, sharded({"tp"}, {}));
+  EXPECT_EQ(f.called_workers(), (Workers{0, 1}));
+  EXPECT_EQ(f.return_from_workers(), (Workers{0, 1}));
+  EXPECT_EQ(results(f), (Values{echoed(0, "t0"), echoed(1, "t1")}));
+  f = group_->run_all_workers_sharded_data("echo", by_tp, sharded({"tp"}, {}, {}, true));
+  EXPECT_EQ(f.called_workers(), (Workers{0, 1, 2, 3}));
+  EXPECT_EQ(f.return_from_workers(), (Workers{0, 1}));
+  EXPECT_EQ(results(f), (Values{echoed(0, "t0"), echoed(1, "t1")}));
+  EXPECT_EQ(f.futures()[2].get(kDeadline), echoed(2, Value()));
+  EXPECT_EQ(f.futures()[3].get(kDeadline), echoed(3, Value()));
+
+  // Dummy calls with the output replicated along tp as well: the same two results.
   f = group_->run_all_workers_sharded_data("echo", data, sharded({"dp"}, {}, {"tp"}, true));
   EXPECT_EQ(f.called_workers(), (Workers{0, 1, 2, 3}));
   EXPECT_EQ(f.return_from_workers(), (Workers{0, 2}));
@@ -207,7 +225,14 @@ TEST_F(DispatchTest, FreeAxisAndDummyCalls) {
   // Nothing sharded, dp replicated, tp free: workers 0 and 2 get the whole data.
   f = group_->run_all_workers_sharded_data("echo", {{"x", "whole"}}, sharded({}, {"dp"}));
   EXPECT_EQ(f.called_workers(), (Workers{0, 2}));
+  EXPECT_EQ(f.return_from_workers(), (Workers{0, 2}));
   EXPECT_EQ(results(f), (Values{echoed(0, "whole"), echoed(2, "whole")}));
+
+  // Nothing sharded or replicated: both axes free, only worker 0.
+  f = group_->run_all_workers_sharded_data("echo", {{"x", "whole"}}, sharded({}, {}));
+  EXPECT_EQ(f.called_workers(), (Workers{0}));
+  EXPECT_EQ(f.return_from_workers(), (Workers{0}));
+  EXPECT_EQ(results(f), (Values{echoed(0, "whole")}));
 
   // Replicated on every axis: everyone gets the whole data.
   f = group_->run_all_workers_sharded_data("echo", {{"x", "whole"}}, sharded({}, {"dp", "tp"}));
@@ -368,8 +393,8 @@ TEST_F(DispatchTest, StreamItemsArriveAsTheyAreWritten) {
 
 TEST_F(DispatchTest, StreamHeldWithoutReadingBuffersItems) {
   auto stream = group_->workers()[0].call_stream("count", {{"n", 5}, {"delay_ms", 0}});
+  // Items arrive on the call's connection before its result: once done, all 5 are buffered.
   ASSERT_TRUE(stream.done().wait_for(kDeadline));
-  std::this_thread::sleep_for(50ms);
   EXPECT_EQ(stream.buffered(), 5u);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(stream.next(kDeadline), std::optional<Value>(i));
   EXPECT_FALSE(stream.next(kDeadline).has_value());

@@ -113,7 +113,7 @@ TEST_F(WorkerGroupTest, EnvironmentInsideWorkers) {
 
   const std::vector<std::string> names = {"envg-0-0", "envg-0-1", "envg-1-0", "envg-1-1"};
   for (size_t i = 0; i < 4; ++i) {
-    const auto& m = g.worker_metadata()[i];
+    const auto m = g.worker_metadata()[i];
     EXPECT_EQ(g.workers()[i].name(), names[i]);
     EXPECT_EQ(m.name, names[i]);
     EXPECT_EQ(m.worker_index, i);
@@ -121,11 +121,13 @@ TEST_F(WorkerGroupTest, EnvironmentInsideWorkers) {
     EXPECT_EQ(m.bundle_index, i % 2);
     EXPECT_EQ(m.host, i / 2);
     EXPECT_EQ(m.rank, static_cast<int>(i));
-    EXPECT_EQ(m.local_rank, static_cast<int>(i % 2));
+    EXPECT_EQ(m.local_rank, 0);  // index within its tied group
     EXPECT_EQ(m.tied_group, i);  // untied: every worker is a tied group of one
     EXPECT_TRUE(m.model_owner);
     EXPECT_EQ(m.bundle_indices, (troupe::TiedGroup{i / 2, {i % 2}}));
     EXPECT_EQ(m.gpu_ids, (std::vector<int>{static_cast<int>(i % 2)}));
+    EXPECT_EQ(m.num_gpus, 1.0);  // the bundle's whole GPU (max_colocated_worker_groups 1)
+    EXPECT_EQ(m.num_cpus, 1.0);
     EXPECT_EQ(g.workers()[i].host(), i / 2);
     EXPECT_EQ(g.workers()[i].gpus(), (std::vector<int>{static_cast<int>(i % 2)}));
   }
@@ -167,12 +169,12 @@ TEST_F(WorkerGroupTest, EnvironmentInsideWorkers) {
   EXPECT_EQ(env_of_all(g, "OMPI_COMM_WORLD_RANK"), repeated("(unset)"));
   EXPECT_EQ(env_of_all(g, "PMI_RANK"), repeated("(unset)"));
 
-  // DP leaders default to index 0 of every other axis: one per dp coordinate.
-  EXPECT_EQ(g.dp_size(), 2u);
-  EXPECT_EQ(g.get_dp_leader_worker_idx(0), 0u);
-  EXPECT_EQ(g.get_dp_leader_worker_idx(1), 2u);
-  EXPECT_HAS(error_of([&] { g.get_dp_leader_worker_idx(2); }, ErrorCode::kInvalidArgument),
-             "dp shard 2 is out of range: dp_size is 2");
+  // DP leaders default to the first worker of every tied group: untied, all 4 lead, whatever
+  // the sharding's axes are called.
+  EXPECT_EQ(g.dp_size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(g.get_dp_leader_worker_idx(i), i);
+  EXPECT_HAS(error_of([&] { g.get_dp_leader_worker_idx(4); }, ErrorCode::kInvalidArgument),
+             "dp shard 4 is out of range: dp_size is 4");
   EXPECT_TRUE(g.shutdown().clean);
   EXPECT_TRUE(g.shutdown().clean);  // idempotent
   for (const auto& w : g.workers()) EXPECT_FALSE(w.alive());
@@ -257,7 +259,7 @@ TEST_F(WorkerGroupTest, TiedGroupsAndConfigureHook) {
   const std::vector<std::string> names = {"tied-grp0-0", "tied-grp0-1", "tied-grp1-0",
                                           "tied-grp1-1"};
   for (size_t i = 0; i < 4; ++i) {
-    const auto& m = g.worker_metadata()[i];
+    const auto m = g.worker_metadata()[i];
     EXPECT_EQ(g.workers()[i].name(), names[i]);
     EXPECT_EQ(m.tied_group, i / 2);
     EXPECT_EQ(m.node_idx, i / 2);
@@ -281,7 +283,10 @@ TEST_F(WorkerGroupTest, TiedGroupsAndConfigureHook) {
   EXPECT_EQ(g.get_dp_leader_worker_idx(0), 0u);
   EXPECT_EQ(g.get_dp_leader_worker_idx(1), 2u);
 
-  // The builder alone: caller options, then the hook.
+  // The builder alone: caller options, then the hook; an unknown class is an error.
+  EXPECT_HAS(error_of([&] { WorkerBuilder("NoSuchClass").configure("x", std::nullopt); },
+                      ErrorCode::kUnknownClass),
+             "class 'NoSuchClass' is not registered in this binary");
   auto config = builder.configure("solo", std::nullopt);
   EXPECT_EQ(config.worker_name, "solo");
   EXPECT_EQ(config.env["HOOK_VAR"], "from-hook");
@@ -334,15 +339,37 @@ TEST_F(WorkerGroupTest, LayoutValidationErrors) {
 TEST_F(WorkerGroupTest, DpLeaderValidationErrors) {
   auto o = group_options("dpbad");
   o.bundle_indices_list = std::vector<troupe::TiedGroup>{{0, {0, 1}}, {1, {0, 1}}};
+  // The tied group leaders are workers 0 and 2.
+  auto invalid = [&](const WorkerGroupOptions& bad) {
+    return error_of([&] { WorkerGroup g(*vc_, WorkerBuilder("GroupProbe"), bad); },
+                    ErrorCode::kInvalidArgument);
+  };
   o.dp_leader_worker_indices = std::vector<size_t>{2, 0};
-  EXPECT_HAS(error_of([&] { WorkerGroup g(*vc_, WorkerBuilder("GroupProbe"), o); },
-                      ErrorCode::kInvalidArgument),
-             "dp_leader_worker_indices must be strictly ascending (2 then 0)");
+  EXPECT_HAS(invalid(o),
+             "dp_leader_worker_indices [2, 0] must be an ascending subset of the tied group "
+             "leaders [0, 2]");
   o.dp_leader_worker_indices = std::vector<size_t>{0, 1};
-  EXPECT_HAS(error_of([&] { WorkerGroup g(*vc_, WorkerBuilder("GroupProbe"), o); },
-                      ErrorCode::kInvalidArgument),
-             "dp_leader_worker_indices names worker 1, which is not the first worker of a tied "
-             "group");
+  EXPECT_HAS(invalid(o),
+             "dp_leader_worker_indices [0, 1] must be an ascending subset of the tied group "
+             "leaders [0, 2]");
+  o.dp_leader_worker_indices = std::vector<size_t>{0, 0};
+  EXPECT_HAS(invalid(o), "dp_leader_worker_indices [0, 0] must be an ascending subset");
+
+  // Leaders by axis: the lowest rank at each index of the axis, each a tied group leader.
+  o.dp_leader_worker_indices.reset();
+  o.sharding = NamedSharding::from_shape({"dp", "tp"}, {2, 2});
+  o.dp_leaders_from_axis = "tp";  // tp index 1 starts at worker 1, inside tied group 0
+  EXPECT_HAS(invalid(o),
+             "dp_leaders_from_axis 'tp': the leader of index 1 is worker 1, which is not one of "
+             "the tied group leaders [0, 2]");
+  o.dp_leaders_from_axis = "pp";
+  EXPECT_HAS(invalid(o), "dp_leaders_from_axis: axis 'pp' is not in the sharding (axes: dp, tp)");
+  o.dp_leaders_from_axis = "dp";
+  o.dp_leader_worker_indices = std::vector<size_t>{0};
+  EXPECT_HAS(invalid(o), "dp_leader_worker_indices and dp_leaders_from_axis are exclusive");
+  o.dp_leader_worker_indices.reset();
+  o.sharding.reset();
+  o.dp_leaders_from_axis.reset();
 
   o.dp_leader_worker_indices = std::vector<size_t>{2};
   WorkerGroup g(*vc_, WorkerBuilder("GroupProbe"), o);
@@ -351,6 +378,143 @@ TEST_F(WorkerGroupTest, DpLeaderValidationErrors) {
   EXPECT_EQ(g.get_dp_leader_worker_idx(0), 2u);
   EXPECT_HAS(error_of([&] { g.get_dp_leader_worker_idx(1); }, ErrorCode::kInvalidArgument),
              "dp shard 1 is out of range: dp_size is 1");
+}
+
+// Untied workers on a dp x tp sharding: by default 4 DP leaders (one per tied group, as the
+// reference); dp_leaders_from_axis "dp" makes it one per dp index, workers 0 and 2.
+TEST_F(WorkerGroupTest, DpLeadersFromAnAxisOnRequest) {
+  auto o = group_options("dpaxis");
+  o.sharding = NamedSharding::from_shape({"dp", "tp"}, {2, 2});
+  o.dp_leaders_from_axis = "dp";
+  WorkerGroup g(*vc_, WorkerBuilder("GroupProbe"), o);
+  EXPECT_EQ(g.dp_size(), 2u);
+  EXPECT_EQ(g.get_dp_leader_worker_idx(0), 0u);
+  EXPECT_EQ(g.get_dp_leader_worker_idx(1), 2u);
+}
+
+// LOCAL_RANK is the bundle's index in its placement group and NODE_RANK the placement group's
+// index, in the order bundle_indices_list gives them. Placement groups: pg 0 on host-0
+// (127.0.0.2), pg 1 on host-1 (127.0.0.3); bundle b of a pg holds GPU b.
+TEST_F(WorkerGroupTest, LocalRankAndNodeRankFollowPlacementGroups) {
+  auto o = group_options("ranks");
+  // Worker 0 alone on (pg 1, bundle 1); workers 1 and 2 a tied group on pg 0, bundles 1 then 0.
+  o.bundle_indices_list = std::vector<troupe::TiedGroup>{{1, {1}}, {0, {1, 0}}};
+  WorkerGroup g(*vc_, WorkerBuilder("GroupProbe"), o);
+  ASSERT_EQ(g.workers().size(), 3u);
+  EXPECT_EQ(g.workers()[0].name(), "ranks-1-1");
+  EXPECT_EQ(g.workers()[1].name(), "ranks-grp1-0");
+  EXPECT_EQ(g.workers()[2].name(), "ranks-grp1-1");
+  EXPECT_EQ(env_of_all(g, "RANK"), (std::vector<std::string>{"0", "1", "2"}));
+  EXPECT_EQ(env_of_all(g, "LOCAL_RANK"), (std::vector<std::string>{"1", "1", "0"}));
+  EXPECT_EQ(env_of_all(g, "NODE_RANK"), (std::vector<std::string>{"1", "0", "0"}));
+  EXPECT_EQ(env_of_all(g, "WORLD_SIZE"), repeated("3", 3));
+  EXPECT_EQ(env_of_all(g, "CUDA_VISIBLE_DEVICES"), (std::vector<std::string>{"1", "1", "0"}));
+  // Rank 0's host (troupe's rule; the reference would say pg 0's first bundle, 127.0.0.2).
+  EXPECT_EQ(env_of_all(g, "MASTER_ADDR"), repeated("127.0.0.3", 3));
+  EXPECT_EQ(env_of_all(g, "AVAILABLE_ADDR_LIST"),
+            repeated("['127.0.0.3', '127.0.0.2', '127.0.0.2']", 3));
+  auto m = g.worker_metadata();
+  EXPECT_EQ(m[0].local_rank, 0);
+  EXPECT_EQ(m[1].local_rank, 0);
+  EXPECT_EQ(m[2].local_rank, 1);
+  EXPECT_EQ(m[2].bundle_index, 0u);
+  EXPECT_EQ(m[2].node_idx, 0u);
+  EXPECT_EQ(m[2].tied_group, 1u);
+  EXPECT_EQ(g.dp_size(), 2u);
+  EXPECT_EQ(g.get_dp_leader_worker_idx(0), 0u);
+  EXPECT_EQ(g.get_dp_leader_worker_idx(1), 1u);
+}
+
+// The driver's environment is copied when the group is created: a variable set after the
+// Cluster started reaches the workers, and every incarnation gets the same copy.
+TEST_F(WorkerGroupTest, DriverEnvironmentIsCopiedWhenTheGroupIsCreated) {
+  ::setenv("WG_TEST_LATE", "set-after-cluster-start", 1);
+  ::unsetenv("WG_TEST_AFTER_GROUP");
+  auto o = group_options("late");
+  o.workers_per_node = size_t{1};
+  WorkerGroup g(*vc_, WorkerBuilder("GroupProbe"), o);
+  ::setenv("WG_TEST_AFTER_GROUP", "too-late", 1);
+  ::setenv("WG_TEST_LATE", "changed-after-group", 1);
+  EXPECT_EQ(env_of_all(g, "WG_TEST_LATE"), repeated("set-after-cluster-start", 2));
+  EXPECT_EQ(env_of_all(g, "WG_TEST_AFTER_GROUP"), repeated("(unset)", 2));
+  // A recreated worker replays its creation, environment included.
+  Worker again = g.recreate_worker(1);
+  EXPECT_EQ(env_of(again, "WG_TEST_LATE"), "set-after-cluster-start");
+  EXPECT_EQ(env_of(again, "WG_TEST_AFTER_GROUP"), "(unset)");
+  // A lone worker started now gets the driver's environment as it is now.
+  troupe::WorkerOptions lone_options;
+  lone_options.class_name = "GroupProbe";
+  Worker lone = cluster_->start_worker(lone_options);
+  ASSERT_TRUE(lone.ready().wait_for(kDeadline));
+  EXPECT_EQ(env_of(lone, "WG_TEST_AFTER_GROUP"), "too-late");
+  EXPECT_EQ(env_of(lone, "SLURM_JOB_ID"), "(unset)");
+  lone.stop();
+  ::unsetenv("WG_TEST_LATE");
+  ::unsetenv("WG_TEST_AFTER_GROUP");
+}
+
+// The configure hook's resources are what the worker starts with: non-owners of a tied group get
+// no GPU (and half a CPU); a hook that asks for more than the bundle holds fails the group
+// before any worker starts.
+TEST_F(WorkerGroupTest, ConfigureHookDecidesResources) {
+  auto o = group_options("owners");
+  o.bundle_indices_list = std::vector<troupe::TiedGroup>{{0, {0, 1}}, {1, {0, 1}}};
+  WorkerGroup g(*vc_, WorkerBuilder("OwnerGpuProbe"), o);
+  EXPECT_EQ(env_of_all(g, "CUDA_VISIBLE_DEVICES"), (std::vector<std::string>{"0", "", "0", ""}));
+  EXPECT_EQ(env_of_all(g, "HOOK_OFFERED"), repeated("gpus=1 per_node=8"));
+  auto m = g.worker_metadata();
+  const double gpus[] = {1, 0, 1, 0}, cpus[] = {1, 0.5, 1, 0.5};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(m[i].num_gpus, gpus[i]) << i;
+    EXPECT_EQ(m[i].num_cpus, cpus[i]) << i;
+    EXPECT_EQ(m[i].gpu_ids.size(), i % 2 == 0 ? 1u : 0u) << i;
+    EXPECT_EQ(g.workers()[i].gpus(), m[i].gpu_ids) << i;
+  }
+
+  // A shared GPU (2 groups colocated, on a cluster of its own since vc_ holds every GPU here):
+  // the hook is offered half of it.
+  auto co = ClusterOptions::local(1, /*gpus_per_host=*/1);
+  co.log_to_driver = false;
+  Cluster small(co);
+  auto vo = vc_options({1}, /*colocated=*/2);
+  vo.num_gpus_per_node = 1;
+  VirtualCluster shared(small, vo);
+  WorkerGroup h(shared, WorkerBuilder("OwnerGpuProbe"), group_options("half"));
+  EXPECT_EQ(env_of_all(h, "HOOK_OFFERED"), repeated("gpus=0.5 per_node=1", 1));
+  EXPECT_EQ(h.worker_metadata()[0].num_gpus, 0.5);
+  EXPECT_EQ(env_of_all(h, "CUDA_VISIBLE_DEVICES"), repeated("0", 1));
+
+  auto og = group_options("greedy");
+  EXPECT_HAS(error_of([&] { WorkerGroup bad(*vc_, WorkerBuilder("GreedyProbe"), og); },
+                      ErrorCode::kResourceUnavailable),
+             "class GreedyProbe configures worker greedy-0-0 with num_gpus=2, but its bundle 0 "
+             "of placement group 0 on host-0 holds 1");
+}
+
+// Simulated hosts share one kernel's ports. A port booked on host-1 is not handed out on
+// host-0, and MASTER_PORT is free on every address when rank 0 binds 0.0.0.0 (as
+// torch.distributed's TCPStore does).
+TEST_F(WorkerGroupTest, PortsAreFreeOnEveryAddressOfTheMachine) {
+  auto vo = vc_options({1, 1});
+  vo.use_gpus = false;         // vc_ holds every GPU
+  vo.port_range_begin = 1950;  // a range of its own, away from the other tests' ports
+  vo.port_range_end = 1960;
+  VirtualCluster vc(*cluster_, vo);
+  ASSERT_EQ(vc.get_placement_groups()[1].bundles[0].address, "127.0.0.3");
+  auto booked = vc.get_available_addresses_and_ports_batch({{1, 0}});
+  ASSERT_EQ(booked.size(), 1u);
+  auto o = group_options("wild");
+  o.workers_per_node = std::vector<size_t>{1, 0};  // one worker, on host-0
+  WorkerGroup g(vc, WorkerBuilder("GroupProbe"), o);
+  ASSERT_EQ(env_of(g.workers()[0], "MASTER_ADDR"), "127.0.0.2");
+  int master = std::atoi(env_of(g.workers()[0], "MASTER_PORT").c_str());
+  EXPECT_NE(master, booked[0].port);
+  EXPECT_EQ(g.workers()[0].call<std::string>("bind_any", {{"port", master}}).get(kDeadline),
+            "bound");
+  // The booked port stays held: binding it on any address fails.
+  EXPECT_HAS(
+      g.workers()[0].call<std::string>("bind_any", {{"port", booked[0].port}}).get(kDeadline),
+      "bind failed");
 }
 
 }  // namespace

@@ -1,0 +1,108 @@
+// WorkerGroup's recreate_worker and restart policy: every death of a current incarnation is
+// queued by an I/O-thread callback and decided on the group's restart thread, which records the
+// decision (restart_events) whether or not it restarts.
+#include "common/log.h"
+#include "controller/cluster_impl.h"
+#include "controller/worker_group_impl.h"
+#include "controller/worker_state.h"
+
+namespace troupe::internal {
+
+Worker WorkerGroupImpl::recreate_worker(size_t idx) {
+  std::lock_guard<std::mutex> serial(recreate_mu_);
+  Worker old = worker(idx);
+  WorkerOptions o;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) throw Error(ErrorCode::kShutdown, "worker group '" + name_ + "' is shut down");
+    o = creation_[idx];
+    o.name = creation_[idx].name + "-r" + std::to_string(++restarts_[idx]);
+  }
+  if (old.alive()) old.stop();
+  Worker fresh = cluster_.runtime().start_worker(o);
+  auto ready = fresh.ready();
+  if (!ready.wait_for(options_.start_timeout)) {
+    fresh.stop(std::chrono::milliseconds(0));
+    throw Error(ErrorCode::kTimeout, "recreated worker '" + o.name + "' was not ready in time");
+  }
+  ready.get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers_[idx] = fresh;
+    metadata_[idx].name = o.name;
+  }
+  TROUPE_LOG(Info) << "worker " << idx << " of group " << name_ << " recreated as " << o.name;
+  watch(idx, fresh);
+  return fresh;
+}
+
+void WorkerGroupImpl::watch(size_t idx, const Worker& worker) {
+  std::weak_ptr<RestartQueue> weak = restart_queue_;
+  worker.died().then([weak, idx, name = worker.name()](const Future<std::string>&) {
+    auto q = weak.lock();
+    if (!q) return;
+    {
+      std::lock_guard<std::mutex> lock(q->mu);
+      if (q->closed) return;
+      q->dead.emplace_back(idx, name);
+    }
+    q->cv.notify_all();
+  });
+}
+
+void WorkerGroupImpl::record(size_t idx, const std::string& incarnation,
+                             RestartEvent::Action action, std::string detail) {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.push_back(RestartEvent{idx, incarnation, action, std::move(detail)});
+}
+
+void WorkerGroupImpl::restart_loop() {
+  auto& q = *restart_queue_;
+  for (;;) {
+    std::pair<size_t, std::string> dead;
+    {
+      std::unique_lock<std::mutex> lock(q.mu);
+      q.cv.wait(lock, [&] { return q.closed || !q.dead.empty(); });
+      if (q.closed) return;
+      dead = q.dead.front();
+      q.dead.pop_front();
+    }
+    const auto& [idx, incarnation] = dead;
+    std::optional<std::pair<RestartEvent::Action, std::string>> decided;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shut_down_) return;
+      // Only the current incarnation's death counts, and only within the budget.
+      if (workers_[idx].name() != incarnation)
+        decided.emplace(RestartEvent::Action::kStale,
+                        "already replaced by " + workers_[idx].name());
+      else if (options_.max_restarts == 0)
+        decided.emplace(RestartEvent::Action::kPolicyOff,
+                        "not restarting: the restart policy is off (max_restarts is 0)");
+      else if (restarts_[idx] >= options_.max_restarts)
+        decided.emplace(
+            RestartEvent::Action::kBudgetSpent,
+            "not restarting: all " + std::to_string(options_.max_restarts) + " restarts are used");
+    }
+    if (decided) {
+      if (decided->first == RestartEvent::Action::kBudgetSpent)
+        TROUPE_LOG(Warning) << "worker " << incarnation << " of group " << name_ << " died; "
+                            << decided->second << "; it stays dead";
+      record(idx, incarnation, decided->first, decided->second);
+      continue;
+    }
+    try {
+      Worker fresh = recreate_worker(idx);
+      record(idx, incarnation, RestartEvent::Action::kRestarted, fresh.name());
+    } catch (const Error& e) {
+      TROUPE_LOG(Error) << "restart of worker " << incarnation << " failed: " << e.message();
+      record(idx, incarnation, RestartEvent::Action::kRestartFailed, e.message());
+      // The dead incarnation is still in place (e.g. the new one was killed while it started):
+      // try again while the budget lasts (each attempt counts in restarts_).
+      std::lock_guard<std::mutex> lock(q.mu);
+      if (!q.closed) q.dead.push_back(dead);
+    }
+  }
+}
+
+}  // namespace troupe::internal
