@@ -148,6 +148,7 @@ int run_demo(int argc, char** argv) {
     WorkerGroupOptions wgo;
     wgo.name_prefix = "policy";
     wgo.sharding = NamedSharding::from_shape({"dp", "tp"}, {2, 2});
+    wgo.dp_leaders_from_axis = "dp";  // one DP leader per dp index (workers are untied)
     WorkerGroup group(vc, WorkerBuilder("DemoShard"), wgo);
     std::printf("worker group of %zu (dp=%zu x tp=2) up in %.1f ms\n", group.workers().size(),
                 group.dp_size(), ms_since(t0));
