@@ -200,7 +200,52 @@ struct ShardedCallOptions {
 
 namespace internal {
 class WorkerGroupImpl;
-}
+class MeshDispatch;
+}  // namespace internal
+
+// A view of some workers of a WorkerGroup as a mesh of their own (Monarch-style slicing):
+// group.slice({{"dp", 1}}) is the workers at dp index 1, with a NamedSharding of the remaining
+// axes whose ranks are the slice's own worker indices 0..size()-1 (in group worker order).
+// Every dispatch method works on it with the same semantics as on a group, and its
+// MultiWorkerFuture indices are slice indices. When every axis is fixed, the slice is one
+// worker whose sharding keeps the last fixed axis with size 1. Cheap to copy; thread-safe;
+// keeps the group's state alive, but calls after the group's shutdown fail.
+class WorkerGroupSlice {
+ public:
+  const NamedSharding& sharding() const;
+  size_t size() const;
+  // group_worker_indices()[i] is the group index of slice worker i.
+  const std::vector<size_t>& group_worker_indices() const;
+  // The current handle of slice worker `idx` (restarts replace it). Throws kInvalidArgument
+  // when out of range.
+  Worker worker(size_t idx) const;
+  std::vector<Worker> workers() const;
+  // A slice of this slice. Throws Error(kInvalidArgument) for an unknown axis or an index out
+  // of range.
+  WorkerGroupSlice slice(const AxisIndices& coords) const;
+
+  Future<Value> run_single_worker_single_data(const std::string& method, size_t worker_idx,
+                                              const Kwargs& kwargs = {}) const;
+  MultiWorkerFuture run_all_workers_multiple_data(
+      const std::string& method, const Kwargs& data,
+      const std::vector<std::string>& run_rank_0_only_axes = {},
+      const Kwargs& common_kwargs = {}) const;
+  MultiWorkerFuture run_all_workers_single_data(
+      const std::string& method, const Kwargs& kwargs = {},
+      const std::vector<std::string>& run_rank_0_only_axes = {}) const;
+  std::vector<ValueStream> run_all_workers_single_data_stream(
+      const std::string& method, const Kwargs& kwargs = {},
+      const std::vector<std::string>& run_rank_0_only_axes = {}) const;
+  MultiWorkerFuture run_all_workers_sharded_data(const std::string& method, const Kwargs& data,
+                                                 const ShardedCallOptions& options) const;
+  std::vector<Value> get_all_worker_results(const MultiWorkerFuture& future) const;
+
+ private:
+  friend class WorkerGroup;
+  explicit WorkerGroupSlice(std::shared_ptr<internal::MeshDispatch> mesh)
+      : mesh_(std::move(mesh)) {}
+  std::shared_ptr<internal::MeshDispatch> mesh_;
+};
 
 class WorkerGroup {
  public:
@@ -223,6 +268,9 @@ class WorkerGroup {
   size_t dp_size() const;
   // Throws Error(kInvalidArgument) when out of range.
   size_t get_dp_leader_worker_idx(size_t dp_shard_idx) const;
+  // The workers at `coords` (e.g. {{"dp", 1}}) as a mesh of the remaining axes; see
+  // WorkerGroupSlice. Throws Error(kInvalidArgument) for an unknown axis or an index out of range.
+  WorkerGroupSlice slice(const AxisIndices& coords) const;
 
   Future<Value> run_single_worker_single_data(const std::string& method, size_t worker_idx,
                                               const Kwargs& kwargs = {});
@@ -270,7 +318,8 @@ class WorkerGroup {
   ShutdownReport shutdown(const ShutdownOptions& options = {});
 
  private:
-  std::unique_ptr<internal::WorkerGroupImpl> impl_;
+  std::shared_ptr<internal::WorkerGroupImpl> impl_;
+  std::shared_ptr<internal::MeshDispatch> mesh_;  // the whole group as a mesh
 };
 
 }  // namespace troupe

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "controller/dispatch_plan.h"
 #include "controller/virtual_cluster_impl.h"
 #include "controller/worker_group_impl.h"
 #include "controller/worker_state.h"
@@ -379,7 +380,7 @@ void WorkerGroupImpl::choose_dp_leaders(const std::vector<TiedGroup>& groups) {
   }
   if (options_.dp_leaders_from_axis) {
     const std::string& axis = *options_.dp_leaders_from_axis;
-    check_axes({axis}, "dp_leaders_from_axis");
+    internal::check_axes(*sharding_, {axis}, "dp_leaders_from_axis");
     for (size_t i = 0; i < sharding_->get_axis_size(axis); ++i) {
       auto ranks = sharding_->get_ranks_by_coord({{axis, static_cast<int>(i)}});
       size_t leader = static_cast<size_t>(*std::min_element(ranks.begin(), ranks.end()));

@@ -46,11 +46,7 @@ class WorkerGroupImpl {
   ShutdownReport shutdown(const ShutdownOptions& options);
   std::string gpu_state(size_t idx, const std::string& label, std::chrono::milliseconds timeout);
 
-  // Dispatch helpers.
   void check_worker_index(size_t idx) const;
-  // Workers at index 0 of every axis in `axes` (all when empty), in worker order.
-  std::vector<size_t> rank_0_workers(const std::vector<std::string>& axes) const;
-  void check_axes(const std::vector<std::string>& axes, const char* what) const;
 
  private:
   // The restart policy: deaths are queued by I/O-thread callbacks and handled on restarter_.

@@ -150,5 +150,59 @@ TEST_F(MeshTest, RankZeroOnlyAxes) {
   EXPECT_EQ(results(f), (Values{echoed(0, "a"), echoed(1, "b"), echoed(4, "c"), echoed(5, "d")}));
 }
 
+// Slicing: group.slice({pp: 1}) is workers 4..7 as a dp x tp mesh of their own (slice indices
+// 0..3); slicing it again on tp = 1 leaves workers 5 and 7 on a dp axis.
+TEST_F(MeshTest, SlicesAreMeshesOfTheirOwn) {
+  troupe::WorkerGroupSlice s = group_->slice({{"pp", 1}});
+  EXPECT_EQ(s.size(), 4u);
+  EXPECT_EQ(s.group_worker_indices(), (Workers{4, 5, 6, 7}));
+  EXPECT_EQ(s.sharding(), NamedSharding::from_shape({"dp", "tp"}, {2, 2}));
+  EXPECT_EQ(s.worker(2).name(), group_->worker(6).name());
+
+  auto f =
+      s.run_all_workers_sharded_data("echo", {{"x", Array{"a", "b"}}}, sharded({"dp"}, {"tp"}));
+  EXPECT_EQ(f.called_workers(), (Workers{0, 1, 2, 3}));
+  EXPECT_EQ(f.return_from_workers(), (Workers{0, 1, 2, 3}));
+  EXPECT_EQ(s.get_all_worker_results(f),
+            (Values{echoed(4, "a"), echoed(5, "a"), echoed(6, "b"), echoed(7, "b")}));
+
+  // tp free on the slice: slice workers 0 and 2 (group workers 4 and 6).
+  f = s.run_all_workers_sharded_data("echo", {{"x", Array{"a", "b"}}}, sharded({"dp"}, {}));
+  EXPECT_EQ(f.called_workers(), (Workers{0, 2}));
+  EXPECT_EQ(s.get_all_worker_results(f), (Values{echoed(4, "a"), echoed(6, "b")}));
+
+  troupe::WorkerGroupSlice t = s.slice({{"tp", 1}});
+  EXPECT_EQ(t.group_worker_indices(), (Workers{5, 7}));
+  EXPECT_EQ(t.sharding(), NamedSharding::from_shape({"dp"}, {2}));
+  f = t.run_all_workers_single_data("echo", {{"x", 3}});
+  EXPECT_EQ(f.called_workers(), (Workers{0, 1}));
+  EXPECT_EQ(t.get_all_worker_results(f), (Values{echoed(5, 3), echoed(7, 3)}));
+  f = t.run_all_workers_multiple_data("echo", {{"x", Array{"p", "q"}}});
+  EXPECT_EQ(t.get_all_worker_results(f), (Values{echoed(5, "p"), echoed(7, "q")}));
+
+  // Every axis fixed: one worker.
+  troupe::WorkerGroupSlice one = group_->slice({{"pp", 0}, {"dp", 1}, {"tp", 1}});
+  EXPECT_EQ(one.group_worker_indices(), (Workers{3}));
+  EXPECT_EQ(one.sharding().size(), 1u);
+  EXPECT_EQ(one.run_single_worker_single_data("echo", 0, {{"x", 9}}).get(kDeadline), echoed(3, 9));
+
+  using troupe::ErrorCode;
+  EXPECT_HAS(error_of([&] { group_->slice({{"xx", 0}}); }, ErrorCode::kInvalidArgument), "xx");
+  EXPECT_HAS(error_of(
+                 [&] {
+                   s.slice({{"dp", 2}});
+                 },
+                 ErrorCode::kInvalidArgument),
+             "index 2 out of range for axis 'dp' of size 2");
+  EXPECT_HAS(error_of([&] { s.worker(4); }, ErrorCode::kInvalidArgument),
+             "worker index 4 is out of range: slice of group 'mesh' has 4 workers");
+  EXPECT_HAS(error_of(
+                 [&] {
+                   t.run_all_workers_single_data("echo", {{"x", 1}}, {"tp"});
+                 },
+                 ErrorCode::kInvalidArgument),
+             "run_rank_0_only_axes: axis 'tp' is not in the sharding (axes: dp)");
+}
+
 }  // namespace
 }  // namespace troupe_test

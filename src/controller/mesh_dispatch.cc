@@ -1,0 +1,151 @@
+#include "controller/mesh_dispatch.h"
+
+#include <algorithm>
+#include <map>
+
+#include "controller/dispatch_plan.h"
+#include "controller/worker_group_impl.h"
+#include "controller/worker_state.h"
+
+namespace troupe::internal {
+
+MeshDispatch::MeshDispatch(std::shared_ptr<WorkerGroupImpl> group, std::vector<size_t> members,
+                           NamedSharding sharding)
+    : group_(std::move(group)), members_(std::move(members)), sharding_(std::move(sharding)) {}
+
+std::string MeshDispatch::where() const {
+  return (members_.size() == group_->metadata_.size() ? "group '" : "slice of group '") +
+         group_->name_ + "'";
+}
+
+Worker MeshDispatch::worker(size_t idx) const {
+  if (idx >= members_.size())
+    throw Error(ErrorCode::kInvalidArgument, "worker index " + std::to_string(idx) +
+                                                 " is out of range: " + where() + " has " +
+                                                 std::to_string(members_.size()) + " workers");
+  return group_->worker(members_[idx]);
+}
+
+std::vector<Worker> MeshDispatch::workers() const {
+  std::vector<Worker> out;
+  for (size_t m : members_) out.push_back(group_->worker(m));
+  return out;
+}
+
+std::shared_ptr<MeshDispatch> MeshDispatch::slice(const AxisIndices& coords) const {
+  RankSelection selected = sharding_.get_ranks(coords);
+  std::vector<int> ranks = selected.all_ranks();
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  // Slice worker i is the i-th selected worker in this mesh's order; renumber the layout.
+  std::map<int, int> local;
+  std::vector<size_t> members;
+  for (int r : sorted) {
+    local[r] = static_cast<int>(members.size());
+    members.push_back(members_[static_cast<size_t>(r)]);
+  }
+  Layout layout;
+  std::vector<std::string> names;
+  if (selected.is_rank()) {
+    names = {coords.rbegin()->first};
+    layout.shape = {1};
+  } else {
+    names = selected.sharding().names();
+    layout.shape = selected.sharding().shape();
+  }
+  for (int r : ranks) layout.ranks.push_back(local[r]);
+  return std::make_shared<MeshDispatch>(group_, std::move(members),
+                                        NamedSharding(std::move(names), std::move(layout)));
+}
+
+Future<Value> MeshDispatch::single(const std::string& method, size_t idx,
+                                   const Kwargs& kwargs) const {
+  return worker(idx).call_value(method, kwargs);
+}
+
+MultiWorkerFuture MeshDispatch::multiple(const std::string& method, const Kwargs& data,
+                                         const std::vector<std::string>& rank_0_axes,
+                                         const Kwargs& common) const {
+  if (data.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                "run_all_workers_multiple_data(" + method + "): no data arguments");
+  std::vector<size_t> called = plan_rank_0_only(sharding_, rank_0_axes);
+  for (const auto& [k, v] : data) {
+    if (!v.is_array())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "run_all_workers_multiple_data(" + method + "): data argument '" + k +
+                      "' must be a list with one element per called worker");
+    if (v.as_array().size() != called.size())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "run_all_workers_multiple_data(" + method + "): data argument '" + k + "' has " +
+                      std::to_string(v.as_array().size()) + " elements but " +
+                      std::to_string(called.size()) + " workers are called");
+  }
+  std::vector<Kwargs> per_worker;
+  for (size_t i = 0; i < called.size(); ++i) {
+    Kwargs kwargs;
+    for (const auto& [k, v] : data) kwargs.emplace_back(k, v.as_array()[i]);
+    per_worker.push_back(merge_kwargs(std::move(kwargs), common));
+  }
+  std::vector<Future<Value>> futures;
+  for (size_t i = 0; i < called.size(); ++i)
+    futures.push_back(worker(called[i]).call_value(method, per_worker[i]));
+  return MultiWorkerFuture(std::move(futures), called, called);
+}
+
+MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwargs& kwargs,
+                                           const std::vector<std::string>& rank_0_axes) const {
+  std::vector<size_t> called = plan_rank_0_only(sharding_, rank_0_axes);
+  auto encoded = std::make_shared<const wire::EncodedKwargs>(wire::encode_kwargs(kwargs));
+  std::vector<Future<Value>> futures;
+  for (size_t w : called) futures.push_back(worker(w).state()->call_encoded(method, encoded));
+  return MultiWorkerFuture(std::move(futures), called, called);
+}
+
+std::vector<ValueStream> MeshDispatch::streams(const std::string& method, const Kwargs& kwargs,
+                                               const std::vector<std::string>& rank_0_axes) const {
+  std::vector<ValueStream> out;
+  for (size_t w : plan_rank_0_only(sharding_, rank_0_axes))
+    out.push_back(worker(w).call_stream(method, kwargs));
+  return out;
+}
+
+MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs& data,
+                                        const ShardedCallOptions& options) const {
+  ShardedPlan plan = plan_sharded(sharding_, options);
+  // Encode every distinct slice once (workers that differ only on replicated axes share one),
+  // and the dummy calls' nil arguments once, before calling anyone.
+  std::map<std::vector<int>, std::shared_ptr<const wire::EncodedKwargs>> slices;
+  std::shared_ptr<const wire::EncodedKwargs> dummy;
+  std::vector<std::shared_ptr<const wire::EncodedKwargs>> args;
+  args.reserve(plan.called.size());
+  for (const auto& slice : plan.slice_of) {
+    if (!slice) {
+      if (!dummy) {
+        Kwargs nils;
+        for (const auto& [k, v] : data) nils.emplace_back(k, Value());
+        dummy = std::make_shared<const wire::EncodedKwargs>(
+            wire::encode_kwargs(merge_kwargs(std::move(nils), options.common_kwargs)));
+      }
+      args.push_back(dummy);
+      continue;
+    }
+    auto& encoded = slices[*slice];
+    if (!encoded) {
+      Kwargs kwargs;
+      for (const auto& [k, v] : data)
+        kwargs.emplace_back(k,
+                            data_slice(v, *slice, options.in_sharded_axes, sharding_, method, k));
+      encoded = std::make_shared<const wire::EncodedKwargs>(
+          wire::encode_kwargs(merge_kwargs(std::move(kwargs), options.common_kwargs)));
+    }
+    args.push_back(encoded);
+  }
+  std::vector<Future<Value>> futures;
+  futures.reserve(plan.called.size());
+  for (size_t i = 0; i < plan.called.size(); ++i)
+    futures.push_back(worker(plan.called[i]).state()->call_encoded(method, args[i]));
+  return MultiWorkerFuture(std::move(futures), std::move(plan.called), std::move(plan.return_from));
+}
+
+}  // namespace troupe::internal
