@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the benchmarks (Release) and runs all three; the raw console output of each goes to
+# Builds the benchmarks (Release) and runs them all; the raw console output of each goes to
 # $OUT_DIR/<name>.txt (and JSON to <name>.json), and everything is also printed here.
 #
 #   bench/run_all.sh                  # build in build-bench/, write to build-bench/bench-results/
@@ -29,7 +29,7 @@ WAIT_S="${WAIT_S:-900}"
 cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTROUPE_BUILD_TESTS=OFF \
   -DTROUPE_BUILD_BENCH=ON >/dev/null
 make --no-print-directory -C "$BUILD_DIR" -j"$JOBS" call_latency_bench throughput_bench \
-  startup_bench death_bench
+  startup_bench death_bench control_plane_bench
 
 # Percent of all CPUs busy over the next 3 s (with no benchmark running: other processes' use).
 cpu_busy() {
@@ -67,7 +67,7 @@ mkdir -p "$OUT_DIR"
   echo "kernel: $(uname -r)"
 } | tee "$OUT_DIR/machine.txt"
 
-for name in call_latency_bench throughput_bench startup_bench death_bench; do
+for name in call_latency_bench throughput_bench startup_bench death_bench control_plane_bench; do
   args=(--benchmark_out="$OUT_DIR/$name.json" --benchmark_out_format=json --benchmark_color=false)
   if [[ "$name" != startup_bench && "$name" != death_bench ]]; then
     args+=(--benchmark_min_time="$MIN_TIME" --benchmark_repetitions="$REPS"
