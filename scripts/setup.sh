@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential g++ cmake
-  libasio-dev libssl-dev
+  libasio-dev libssl-dev libcli11-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   pkg-config procps iproute2 clang-format
 )

@@ -76,17 +76,9 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 
 namespace troupe::cli {
 
-int run_demo(int argc, char** argv) {
-  size_t hosts = 2;
-  int hold_seconds = 0;
-  for (int i = 0; i + 1 < argc; ++i) {
-    if (std::string(argv[i]) == "--hosts") hosts = std::strtoul(argv[i + 1], nullptr, 10);
-    if (std::string(argv[i]) == "--hold") hold_seconds = std::atoi(argv[i + 1]);
-  }
-  if (hosts == 0 || hosts > 4 || 4 % hosts != 0) {
-    std::fprintf(stderr, "troupe demo: --hosts must be 1, 2 or 4\n");
-    return 2;
-  }
+int run_demo(const DemoOptions& demo) {
+  const size_t hosts = demo.hosts;
+  const int hold_seconds = demo.hold_seconds;
   try {
     auto t0 = std::chrono::steady_clock::now();
     ClusterOptions options = ClusterOptions::local(hosts, /*gpus_per_host=*/2, /*cpus_per_host=*/4);

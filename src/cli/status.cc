@@ -77,10 +77,7 @@ void print(const Value& status) {
 
 }  // namespace
 
-int run_status(int argc, char** argv) {
-  std::string session;
-  for (int i = 0; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--session") session = argv[i + 1];
+int run_status(std::string session) {
   if (session.empty()) session = newest_session();
   if (session.empty()) {
     std::fprintf(stderr, "troupe status: no running cluster found (give --session DIR)\n");
