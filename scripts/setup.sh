@@ -8,7 +8,7 @@ packages=(
   build-essential g++ cmake
   libasio-dev libssl-dev libcli11-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  pkg-config procps iproute2 clang-format
+  pkg-config procps iproute2 nftables clang-format
 )
 
 missing=()
