@@ -30,11 +30,12 @@ client='import socket,sys
 c=socket.create_connection((sys.argv[1], 7100), timeout=float(sys.argv[2]))
 c.sendall(b"ping"); sys.exit(0 if c.recv(64)==b"ping" else 1)'
 coproc SERVER { bash netns.sh exec tr-h2 "$py" -c "$server"; }
+server_pid=$SERVER_PID  # bash unsets SERVER_PID when the coprocess ends
 read -r -t 10 line <&"${SERVER[0]}"
 check "server listening in tr-h2" test "${line:-}" = listening
 check "tr-h1 reaches tr-h2" bash netns.sh exec tr-h1 "$py" -c "$client" 10.77.0.2 5
 check "the root namespace reaches tr-h2 through the bridge" "$py" -c "$client" 10.77.0.2 5
-wait "$SERVER_PID" 2>/dev/null
+wait "$server_pid" 2>/dev/null
 
 # Link down: a connection fails at once (no route), well before its 5 s time-out.
 ip -n tr-h3 link set eth0 down
