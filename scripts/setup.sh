@@ -9,6 +9,7 @@ packages=(
   libasio-dev libssl-dev libcli11-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   pkg-config procps iproute2 nftables clang-format
+  slurm-wlm slurmctld slurmd slurm-client munge
 )
 
 missing=()
