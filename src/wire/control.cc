@@ -1,0 +1,183 @@
+#include "wire/control.h"
+
+namespace troupe::wire::control {
+
+FieldReader::FieldReader(std::string message, const Value& value)
+    : message_(std::move(message)), map_(value) {
+  if (!map_.is_map())
+    throw Error(ErrorCode::kInvalidArgument, message_ + ": expected a map of fields, got " +
+                                                 std::string(value_type_name(map_.type())));
+}
+
+Error FieldReader::missing(const char* key) const {
+  return Error(ErrorCode::kInvalidArgument, message_ + ": field '" + key + "' is missing");
+}
+
+Error FieldReader::bad_field(const char* key, const std::string& why) const {
+  return Error(ErrorCode::kInvalidArgument, message_ + ": field '" + key + "': " + why);
+}
+
+Map StartWorker::to_map() const {
+  return Map{{"name", name},
+             {"gpus", troupe::to_value(gpus)},
+             {"num_gpus", num_gpus},
+             {"wrapper", troupe::to_value(wrapper)},
+             {"take_ports", troupe::to_value(take_ports)},
+             {"log_to_terminal", log_to_terminal},
+             {"start_timeout_ms", start_timeout_ms},
+             {"executable", executable},
+             {"args", troupe::to_value(args)},
+             {"env", troupe::to_value(env)}};
+}
+
+StartWorker StartWorker::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  StartWorker m;
+  m.name = f.required<std::string>("name");
+  m.gpus = f.optional<std::vector<int>>("gpus", {});
+  m.num_gpus = f.optional<int>("num_gpus", 0);
+  m.wrapper = f.optional<std::vector<std::string>>("wrapper", {});
+  m.take_ports = f.optional<std::vector<int>>("take_ports", {});
+  m.log_to_terminal = f.optional<bool>("log_to_terminal", true);
+  m.start_timeout_ms = f.optional<int64_t>("start_timeout_ms", 60000);
+  m.executable = f.optional<std::string>("executable", "");
+  m.args = f.optional<std::vector<std::string>>("args", {});
+  m.env = f.optional<std::map<std::string, std::string>>("env", {});
+  return m;
+}
+
+Value StartWorkerReply::to_value() const {
+  return Map{{"pid", pid},
+             {"unix", unix_endpoint},
+             {"tcp", tcp_endpoint},
+             {"gpus", troupe::to_value(gpus)}};
+}
+
+StartWorkerReply StartWorkerReply::from(const Value& value) {
+  FieldReader f("start_worker reply", value);
+  StartWorkerReply m;
+  m.pid = f.required<int64_t>("pid");
+  m.unix_endpoint = f.required<std::string>("unix");
+  m.tcp_endpoint = f.optional<std::string>("tcp", "");
+  m.gpus = f.optional<std::vector<int>>("gpus", {});
+  return m;
+}
+
+Map StopWorker::to_map() const { return Map{{"name", name}, {"grace_ms", grace_ms}}; }
+
+StopWorker StopWorker::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  StopWorker m;
+  m.name = f.required<std::string>("name");
+  m.grace_ms = f.optional<int64_t>("grace_ms", 3000);
+  return m;
+}
+
+Value StopWorkerReply::to_value() const { return Map{{"status", status}}; }
+
+StopWorkerReply StopWorkerReply::from(const Value& value) {
+  FieldReader f("stop_worker reply", value);
+  return StopWorkerReply{f.required<std::string>("status")};
+}
+
+Map ReservePorts::to_map() const {
+  return Map{{"owner", owner}, {"count", count}, {"lo", lo}, {"hi", hi}};
+}
+
+ReservePorts ReservePorts::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  ReservePorts m;
+  m.owner = f.required<std::string>("owner");
+  m.count = f.optional<int>("count", 1);
+  m.lo = f.optional<int>("lo", 1400);
+  m.hi = f.optional<int>("hi", 2000);
+  return m;
+}
+
+Map ReleasePorts::to_map() const { return Map{{"owner", owner}}; }
+
+ReleasePorts ReleasePorts::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  return ReleasePorts{f.required<std::string>("owner")};
+}
+
+Map GpuState::to_map() const { return Map{{"gpus", troupe::to_value(gpus)}}; }
+
+GpuState GpuState::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  return GpuState{f.optional<std::vector<int>>("gpus", {})};
+}
+
+Value MemoryReply::to_value() const {
+  return Map{{"total_bytes", total_bytes},
+             {"available_bytes", available_bytes},
+             {"workers", troupe::to_value(workers)}};
+}
+
+MemoryReply MemoryReply::from(const Value& value) {
+  FieldReader f("memory reply", value);
+  MemoryReply m;
+  m.total_bytes = f.required<int64_t>("total_bytes");
+  m.available_bytes = f.required<int64_t>("available_bytes");
+  m.workers = f.optional<std::map<std::string, int64_t>>("workers", {});
+  return m;
+}
+
+Value WorkerExited::to_value() const {
+  return Map{{"name", name},
+             {"pid", pid},
+             {"status", status},
+             {"exit_code", troupe::to_value(exit_code)},
+             {"signal", troupe::to_value(signal)},
+             {"stderr_tail", troupe::to_value(stderr_tail)}};
+}
+
+WorkerExited WorkerExited::from(const Value& value) {
+  FieldReader f(kEvent, value);
+  WorkerExited m;
+  m.name = f.required<std::string>("name");
+  m.pid = f.optional<int64_t>("pid", 0);
+  m.status = f.optional<std::string>("status", "exited");
+  m.exit_code = f.optional<std::optional<int>>("exit_code", std::nullopt);
+  m.signal = f.optional<std::optional<int>>("signal", std::nullopt);
+  m.stderr_tail = f.optional<std::vector<std::string>>("stderr_tail", {});
+  return m;
+}
+
+Map RegisterAgent::to_map() const {
+  return Map{{"host_name", host_name},
+             {"address", address},
+             {"num_cpus", num_cpus},
+             {"gpu_ids", troupe::to_value(gpu_ids)},
+             {"labels", troupe::to_value(labels)},
+             {"unix", unix_endpoint},
+             {"tcp", tcp_endpoint},
+             {"pid", pid},
+             {"machine_id", machine_id},
+             {"memory_bytes", memory_bytes}};
+}
+
+RegisterAgent RegisterAgent::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  RegisterAgent m;
+  m.host_name = f.required<std::string>("host_name");
+  m.address = f.required<std::string>("address");
+  m.num_cpus = f.optional<double>("num_cpus", 0);
+  m.gpu_ids = f.optional<std::vector<int>>("gpu_ids", {});
+  m.labels = f.optional<std::map<std::string, std::string>>("labels", {});
+  m.unix_endpoint = f.optional<std::string>("unix", "");
+  m.tcp_endpoint = f.optional<std::string>("tcp", "");
+  m.pid = f.optional<int64_t>("pid", 0);
+  m.machine_id = f.optional<std::string>("machine_id", "");
+  m.memory_bytes = f.optional<int64_t>("memory_bytes", 0);
+  return m;
+}
+
+Value RegisterAgentReply::to_value() const { return Map{{"host_index", host_index}}; }
+
+RegisterAgentReply RegisterAgentReply::from(const Value& value) {
+  FieldReader f("register_agent reply", value);
+  return RegisterAgentReply{f.required<int64_t>("host_index")};
+}
+
+}  // namespace troupe::wire::control

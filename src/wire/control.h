@@ -1,0 +1,191 @@
+// The control protocol between driver, head and agents: one typed message per request, reply
+// and event, defined here once. Each converts to the Map (or Value) that travels as a request's
+// kwargs, a response's value or an event's value (rpc_message.h), and back. Decoding checks
+// every field: a missing required field or a value of the wrong type is Error(kInvalidArgument)
+// "METHOD: field 'F': ..."; unknown fields are ignored (a newer peer may send more).
+//
+// Agent requests (driver -> agent): start_worker, stop_worker, reserve_ports, release_ports,
+// gpu_state, memory, list_workers, ping, shutdown. Agent events (agent -> driver, head):
+// worker_exited. Head requests (agent -> head): register_agent; (CLI -> head): status.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/value.h"
+
+namespace troupe::wire::control {
+
+// Reads the fields of one message; errors name the message and the field.
+class FieldReader {
+ public:
+  FieldReader(std::string message, const Value& value);
+  template <typename T>
+  T required(const char* key) const {
+    const Value* v = map_.find(key);
+    if (!v) throw missing(key);
+    return convert<T>(key, *v);
+  }
+  template <typename T>
+  T optional(const char* key, T fallback) const {
+    const Value* v = map_.find(key);
+    if (!v || v->is_nil()) return fallback;
+    return convert<T>(key, *v);
+  }
+
+ private:
+  template <typename T>
+  T convert(const char* key, const Value& v) const {
+    try {
+      return v.as<T>();
+    } catch (const Error& e) {
+      throw bad_field(key, e.message());
+    }
+  }
+  Error missing(const char* key) const;
+  Error bad_field(const char* key, const std::string& why) const;
+  std::string message_;
+  Value map_;
+};
+
+// ---- agent requests ------------------------------------------------------------------------
+
+struct StartWorker {
+  static constexpr const char* kMethod = "start_worker";
+  std::string name;
+  std::vector<int> gpus;             // GPU ids for CUDA_VISIBLE_DEVICES, or:
+  int num_gpus = 0;                  // this many GPUs no other worker uses, chosen by the agent
+  std::vector<std::string> wrapper;  // launch wrapper command prefix
+  std::vector<int> take_ports;       // reserved ports the agent stops holding before the start
+  bool log_to_terminal = true;
+  int64_t start_timeout_ms = 60000;
+  std::string executable;  // empty: the agent's own binary
+  std::vector<std::string> args;
+  // The worker's whole environment, less troupe's own variables (the agent adds those).
+  std::map<std::string, std::string> env;
+
+  bool operator==(const StartWorker&) const = default;
+  Map to_map() const;
+  static StartWorker from(const Value& kwargs);
+};
+
+struct StartWorkerReply {
+  int64_t pid = 0;
+  std::string unix_endpoint;
+  std::string tcp_endpoint;
+  std::vector<int> gpus;
+
+  bool operator==(const StartWorkerReply&) const = default;
+  Value to_value() const;
+  static StartWorkerReply from(const Value& value);
+};
+
+struct StopWorker {
+  static constexpr const char* kMethod = "stop_worker";
+  std::string name;
+  int64_t grace_ms = 3000;  // between SIGTERM to its process group and SIGKILL
+
+  bool operator==(const StopWorker&) const = default;
+  Map to_map() const;
+  static StopWorker from(const Value& kwargs);
+};
+
+struct StopWorkerReply {
+  std::string status;  // how it ended, e.g. "exit code 0", "signal 9 (Killed)"
+
+  bool operator==(const StopWorkerReply&) const = default;
+  Value to_value() const;
+  static StopWorkerReply from(const Value& value);
+};
+
+struct ReservePorts {
+  static constexpr const char* kMethod = "reserve_ports";
+  std::string owner;
+  int count = 1;
+  int lo = 1400;  // [lo, hi)
+  int hi = 2000;
+
+  bool operator==(const ReservePorts&) const = default;
+  Map to_map() const;
+  static ReservePorts from(const Value& kwargs);
+};
+// Reply: the ports, a list of ints.
+
+struct ReleasePorts {
+  static constexpr const char* kMethod = "release_ports";
+  std::string owner;
+
+  bool operator==(const ReleasePorts&) const = default;
+  Map to_map() const;
+  static ReleasePorts from(const Value& kwargs);
+};
+// Reply: how many ports were released, an int.
+
+struct GpuState {
+  static constexpr const char* kMethod = "gpu_state";
+  std::vector<int> gpus;
+
+  bool operator==(const GpuState&) const = default;
+  Map to_map() const;
+  static GpuState from(const Value& kwargs);
+};
+// Reply: one line per GPU, a list of strings.
+
+struct MemoryReply {  // reply to "memory" (no arguments)
+  int64_t total_bytes = 0;
+  int64_t available_bytes = 0;
+  std::map<std::string, int64_t> workers;  // resident bytes of each running worker's group
+
+  bool operator==(const MemoryReply&) const = default;
+  Value to_value() const;
+  static MemoryReply from(const Value& value);
+};
+
+// ---- agent events --------------------------------------------------------------------------
+
+struct WorkerExited {
+  static constexpr const char* kEvent = "worker_exited";
+  std::string name;
+  int64_t pid = 0;
+  std::string status;  // described, e.g. "exit code 3"
+  std::optional<int> exit_code;
+  std::optional<int> signal;
+  std::vector<std::string> stderr_tail;
+
+  bool operator==(const WorkerExited&) const = default;
+  Value to_value() const;
+  static WorkerExited from(const Value& value);
+};
+
+// ---- head requests -------------------------------------------------------------------------
+
+struct RegisterAgent {
+  static constexpr const char* kMethod = "register_agent";
+  std::string host_name;
+  std::string address;
+  double num_cpus = 0;
+  std::vector<int> gpu_ids;
+  std::map<std::string, std::string> labels;
+  std::string unix_endpoint;
+  std::string tcp_endpoint;
+  int64_t pid = 0;
+  std::string machine_id;
+  int64_t memory_bytes = 0;
+
+  bool operator==(const RegisterAgent&) const = default;
+  Map to_map() const;
+  static RegisterAgent from(const Value& kwargs);
+};
+
+struct RegisterAgentReply {
+  int64_t host_index = 0;  // the host's id, assigned by the head
+
+  bool operator==(const RegisterAgentReply&) const = default;
+  Value to_value() const;
+  static RegisterAgentReply from(const Value& value);
+};
+
+}  // namespace troupe::wire::control

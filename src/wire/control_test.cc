@@ -1,0 +1,142 @@
+// Every control message survives the trip through a real request, response or event frame, and
+// decoding names the message and the field for every kind of bad input.
+#include "wire/control.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "wire/frame.h"
+#include "wire/rpc_message.h"
+
+namespace troupe::wire::control {
+namespace {
+
+// The kwargs `m` becomes on the receiving side of a request frame.
+template <typename M>
+Map through_request(const M& m) {
+  std::string body;
+  std::vector<Bytes> attachments;
+  encode_request(M::kMethod, m.to_map(), body, attachments);
+  Frame frame;
+  frame.kind = FrameKind::kRequest;
+  frame.body = body;
+  frame.attachments = attachments;
+  Request r = decode_request(frame);
+  EXPECT_EQ(r.method, M::kMethod);
+  return r.kwargs;
+}
+
+// The value `v` becomes on the receiving side of a response frame.
+Value through_response(const Value& v) {
+  std::string body;
+  std::vector<Bytes> attachments;
+  encode_response_ok(v, body, attachments);
+  Frame frame;
+  frame.kind = FrameKind::kResponse;
+  frame.body = body;
+  frame.attachments = attachments;
+  return decode_response(frame);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    return e.message();
+  }
+  return "(no error)";
+}
+
+TEST(ControlMessages, AgentRequestsRoundTrip) {
+  StartWorker start;
+  start.name = "policy-0-1";
+  start.gpus = {1, 3};
+  start.num_gpus = 2;
+  start.wrapper = {"nsys", "profile"};
+  start.take_ports = {1400, 1401};
+  start.log_to_terminal = false;
+  start.start_timeout_ms = 1234;
+  start.executable = "/usr/bin/python3";
+  start.args = {"-m", "troupe._worker"};
+  start.env = {{"RANK", "1"}, {"PATH", "/usr/bin"}};
+  EXPECT_EQ(StartWorker::from(through_request(start)), start);
+  EXPECT_EQ(StopWorker::from(through_request(StopWorker{"w", 250})), (StopWorker{"w", 250}));
+  ReservePorts ports{"group-a", 3, 1500, 1600};
+  EXPECT_EQ(ReservePorts::from(through_request(ports)), ports);
+  EXPECT_EQ(ReleasePorts::from(through_request(ReleasePorts{"group-a"})), ReleasePorts{"group-a"});
+  EXPECT_EQ(GpuState::from(through_request(GpuState{{0, 1}})), (GpuState{{0, 1}}));
+  RegisterAgent reg;
+  reg.host_name = "host-1";
+  reg.address = "10.77.0.2";
+  reg.num_cpus = 3.5;
+  reg.gpu_ids = {0, 1};
+  reg.labels = {{"topology", "rack-1"}};
+  reg.unix_endpoint = "unix:/run/a.sock";
+  reg.tcp_endpoint = "tcp:10.77.0.2:4000";
+  reg.pid = 77;
+  reg.machine_id = "boot-1";
+  reg.memory_bytes = int64_t{1} << 34;
+  EXPECT_EQ(RegisterAgent::from(through_request(reg)), reg);
+}
+
+TEST(ControlMessages, RepliesAndEventsRoundTrip) {
+  StartWorkerReply started{4242, "unix:/s/w0.sock", "tcp:127.0.0.2:5000", {0}};
+  EXPECT_EQ(StartWorkerReply::from(through_response(started.to_value())), started);
+  EXPECT_EQ(StopWorkerReply::from(through_response(StopWorkerReply{"exit code 0"}.to_value())),
+            StopWorkerReply{"exit code 0"});
+  MemoryReply mem{1000, 600, {{"w0", 100}, {"w1", 200}}};
+  EXPECT_EQ(MemoryReply::from(through_response(mem.to_value())), mem);
+  EXPECT_EQ(RegisterAgentReply::from(through_response(RegisterAgentReply{3}.to_value())),
+            RegisterAgentReply{3});
+  WorkerExited killed{"w0", 99, "signal 9 (Killed)", std::nullopt, 9, {"last words"}};
+  EXPECT_EQ(WorkerExited::from(through_response(killed.to_value())), killed);
+  WorkerExited exited{"w1", 98, "exit code 3", 3, std::nullopt, {}};
+  EXPECT_EQ(WorkerExited::from(through_response(exited.to_value())), exited);
+}
+
+TEST(ControlMessages, OptionalFieldsTakeTheirDefaults) {
+  StartWorker s = StartWorker::from(Map{{"name", "w"}});
+  EXPECT_EQ(s.name, "w");
+  EXPECT_TRUE(s.gpus.empty());
+  EXPECT_EQ(s.num_gpus, 0);
+  EXPECT_TRUE(s.log_to_terminal);
+  EXPECT_EQ(s.start_timeout_ms, 60000);
+  EXPECT_EQ(s.executable, "");
+  ReservePorts p = ReservePorts::from(Map{{"owner", "o"}});
+  EXPECT_EQ(p, (ReservePorts{"o", 1, 1400, 2000}));
+  // Unknown fields are ignored.
+  EXPECT_EQ(StopWorker::from(Map{{"name", "w"}, {"from_the_future", 1}}), (StopWorker{"w", 3000}));
+}
+
+TEST(ControlMessages, BadInputNamesTheMessageAndTheField) {
+  EXPECT_EQ(error_of([] {
+              StartWorker::from(Map{{"gpus", Array{0}}});
+            }),
+            "start_worker: field 'name' is missing");
+  EXPECT_EQ(error_of([] {
+              StartWorker::from(Map{{"name", "w"}, {"gpus", "0,1"}});
+            }),
+            "start_worker: field 'gpus': expected list<int>, got string \"0,1\"");
+  EXPECT_EQ(error_of([] {
+              StartWorker::from(Map{{"name", "w"}, {"env", Map{{"A", 1}}}});
+            }),
+            "start_worker: field 'env': expected string, got int 1");
+  EXPECT_EQ(error_of([] {
+              ReservePorts::from(Map{{"owner", "o"}, {"count", int64_t{1} << 40}});
+            }),
+            "reserve_ports: field 'count': integer 1099511627776 out of range");
+  EXPECT_EQ(error_of([] { StopWorker::from(Value("w")); }),
+            "stop_worker: expected a map of fields, got string");
+  EXPECT_EQ(error_of([] {
+              StartWorkerReply::from(Map{{"unix", "u"}});
+            }),
+            "start_worker reply: field 'pid' is missing");
+  EXPECT_EQ(error_of([] {
+              RegisterAgent::from(Map{{"host_name", "h"}, {"address", 5}});
+            }),
+            "register_agent: field 'address': expected string, got int 5");
+}
+
+}  // namespace
+}  // namespace troupe::wire::control
