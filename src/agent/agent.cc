@@ -19,10 +19,13 @@
 #include "common/token.h"
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
+#include "wire/control.h"
 #include "worker/worker_env.h"
 
 namespace troupe::agent {
 namespace {
+
+namespace control = wire::control;
 
 constexpr std::chrono::milliseconds kConnectTimeout{10000};
 constexpr std::chrono::milliseconds kShutdownGrace{2000};
@@ -39,22 +42,16 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-Map status_value(const std::string& name, pid_t pid, const process::ExitStatus& s,
-                 const std::vector<std::string>& tail) {
-  Array lines(tail.begin(), tail.end());
-  return Map{{"name", name},
-             {"pid", static_cast<int64_t>(pid)},
-             {"status", s.describe()},
-             {"exit_code", s.exited ? Value(s.code) : Value()},
-             {"signal", s.signal ? Value(s.signal) : Value()},
-             {"stderr_tail", std::move(lines)}};
-}
-
-template <typename T>
-T arg_or(const Map& kwargs, const char* key, T fallback) {
-  for (const auto& [k, v] : kwargs)
-    if (k == key) return v.template as<T>();
-  return fallback;
+control::WorkerExited exited_event(const std::string& name, pid_t pid, const process::ExitStatus& s,
+                                   const std::vector<std::string>& tail) {
+  control::WorkerExited e;
+  e.name = name;
+  e.pid = pid;
+  e.status = s.describe();
+  if (s.exited) e.exit_code = s.code;
+  if (s.signal) e.signal = s.signal;
+  e.stderr_tail = tail;
+  return e;
 }
 
 class Agent {
@@ -128,20 +125,18 @@ class Agent {
             handle(std::move(r), resp);
           };
           head_ = transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h));
-          Array gpus(config_.gpu_ids.begin(), config_.gpu_ids.end());
-          Map labels;
-          for (const auto& [k, v] : config_.labels) labels.emplace_back(k, v);
-          head_
-              ->call("register_agent", Map{{"host_name", config_.host_name},
-                                           {"address", config_.address},
-                                           {"num_cpus", config_.num_cpus},
-                                           {"gpu_ids", std::move(gpus)},
-                                           {"labels", std::move(labels)},
-                                           {"unix", unix_listener_->endpoint()},
-                                           {"tcp", tcp_listener_->endpoint()},
-                                           {"pid", static_cast<int64_t>(::getpid())},
-                                           {"machine_id", env::machine_id()},
-                                           {"memory_bytes", proc::read_meminfo().total_bytes}})
+          control::RegisterAgent reg;
+          reg.host_name = config_.host_name;
+          reg.address = config_.address;
+          reg.num_cpus = config_.num_cpus;
+          reg.gpu_ids = config_.gpu_ids;
+          reg.labels = config_.labels;
+          reg.unix_endpoint = unix_listener_->endpoint();
+          reg.tcp_endpoint = tcp_listener_->endpoint();
+          reg.pid = ::getpid();
+          reg.machine_id = env::machine_id();
+          reg.memory_bytes = proc::read_meminfo().total_bytes;
+          head_->call(control::RegisterAgent::kMethod, reg.to_map())
               .then([this](const Future<Value>& f) {
                 if (auto e = f.error()) {
                   TROUPE_LOG(Error) << "the head refused registration: " << e->message();
@@ -165,8 +160,10 @@ class Agent {
 
   void handle(wire::Request&& r, const transport::Responder& resp) {
     try {
-      if (r.method == "start_worker") return start_worker(r.kwargs, resp);
-      if (r.method == "stop_worker") return stop_worker(r.kwargs, resp);
+      if (r.method == control::StartWorker::kMethod)
+        return start_worker(control::StartWorker::from(r.kwargs), resp);
+      if (r.method == control::StopWorker::kMethod)
+        return stop_worker(control::StopWorker::from(r.kwargs), resp);
       if (r.method == "list_workers") return list_workers(resp);
       if (r.method == "shutdown") {
         resp.reply(Value());
@@ -174,19 +171,15 @@ class Agent {
       }
       if (r.method == "ping") return resp.reply(config_.host_name);
       if (r.method == "memory") return memory(resp);
-      if (r.method == "gpu_state") {
-        auto lines = read_gpu_state(arg_or<std::vector<int>>(r.kwargs, "gpus", {}));
-        return resp.reply(to_value(lines));
+      if (r.method == control::GpuState::kMethod)
+        return resp.reply(to_value(read_gpu_state(control::GpuState::from(r.kwargs).gpus)));
+      if (r.method == control::ReservePorts::kMethod) {
+        auto m = control::ReservePorts::from(r.kwargs);
+        return resp.reply(to_value(ports_.reserve(m.owner, m.count, m.lo, m.hi)));
       }
-      if (r.method == "reserve_ports") {
-        auto ports = ports_.reserve(
-            arg_or<std::string>(r.kwargs, "owner", ""), arg_or<int>(r.kwargs, "count", 1),
-            arg_or<int>(r.kwargs, "lo", 1400), arg_or<int>(r.kwargs, "hi", 2000));
-        return resp.reply(to_value(ports));
-      }
-      if (r.method == "release_ports")
+      if (r.method == control::ReleasePorts::kMethod)
         return resp.reply(
-            static_cast<int64_t>(ports_.release(arg_or<std::string>(r.kwargs, "owner", ""))));
+            static_cast<int64_t>(ports_.release(control::ReleasePorts::from(r.kwargs).owner)));
       resp.fail(Error(ErrorCode::kUnknownMethod,
                       "agent " + config_.host_name + " has no method '" + r.method +
                           "' (start_worker, stop_worker, list_workers, reserve_ports, "
@@ -197,8 +190,8 @@ class Agent {
     }
   }
 
-  std::vector<int> choose_gpus(const Map& kwargs) {
-    std::vector<int> gpus = arg_or<std::vector<int>>(kwargs, "gpus", {});
+  std::vector<int> choose_gpus(const control::StartWorker& request) {
+    std::vector<int> gpus = request.gpus;
     for (int g : gpus) {
       bool declared = false;
       for (int d : config_.gpu_ids) declared = declared || d == g;
@@ -207,7 +200,7 @@ class Agent {
                     "GPU " + std::to_string(g) + " is not one of the " +
                         std::to_string(config_.gpu_ids.size()) + " GPUs of " + config_.host_name);
     }
-    int64_t want = arg_or<int64_t>(kwargs, "num_gpus", 0);
+    int64_t want = request.num_gpus;
     if (want > 0 && gpus.empty()) {
       std::map<int, int> users;
       for (int d : config_.gpu_ids) users[d] = 0;
@@ -225,25 +218,24 @@ class Agent {
     return gpus;
   }
 
-  void start_worker(const Map& kwargs, const transport::Responder& resp) {
-    std::string name = arg_or<std::string>(kwargs, "name", "");
+  void start_worker(const control::StartWorker& request, const transport::Responder& resp) {
+    const std::string& name = request.name;
     if (name.empty()) throw Error(ErrorCode::kInvalidArgument, "a worker needs a name");
     if (auto it = workers_.find(name); it != workers_.end() && !it->second.process->exited())
       throw Error(ErrorCode::kInvalidArgument, "a worker named '" + name + "' is running");
-    std::vector<int> gpus = choose_gpus(kwargs);
+    std::vector<int> gpus = choose_gpus(request);
 
     WorkerLaunch launch;
     launch.name = name;
-    launch.executable = arg_or<std::string>(kwargs, "executable", env::self_executable());
-    launch.args = arg_or<std::vector<std::string>>(kwargs, "args", {});
-    launch.wrapper = arg_or<std::vector<std::string>>(kwargs, "wrapper", {});
+    launch.executable = request.executable.empty() ? env::self_executable() : request.executable;
+    launch.args = request.args;
+    launch.wrapper = request.wrapper;
     launch.log_path = config_.session_dir + "/logs/" + name + ".log";
-    launch.log_to_terminal =
-        config_.log_to_terminal && arg_or<bool>(kwargs, "log_to_terminal", true);
+    launch.log_to_terminal = config_.log_to_terminal && request.log_to_terminal;
 
     // The driver sends the whole environment (its own, taken when the worker or its group was
     // created): this host's agent environment is not the user's.
-    auto vars = arg_or<std::map<std::string, std::string>>(kwargs, "env", {});
+    auto vars = request.env;
     std::string cuda;
     for (int g : gpus) cuda += (cuda.empty() ? "" : ",") + std::to_string(g);
     vars["CUDA_VISIBLE_DEVICES"] = cuda;
@@ -258,7 +250,7 @@ class Agent {
     launch.env = env::to_strings(vars);
 
     auto proc = std::make_shared<WorkerProcess>(io_, launch);
-    auto timeout = std::chrono::milliseconds(arg_or<int64_t>(kwargs, "start_timeout_ms", 60000));
+    auto timeout = std::chrono::milliseconds(request.start_timeout_ms);
     auto timer = std::make_shared<asio::steady_timer>(io_, timeout);
     auto answered = std::make_shared<bool>(false);
     // The handlers live in the WorkerProcess: they hold it weakly, never in a cycle.
@@ -270,12 +262,8 @@ class Agent {
       if (!line || line->rfind("ready", 0) != 0) return;  // the exit handler reports the failure
       *answered = true;
       timer->cancel();
-      Array gpu_values(gpus.begin(), gpus.end());
       std::string tcp = line->size() > 6 ? line->substr(6) : "";
-      resp.reply(Map{{"pid", static_cast<int64_t>(proc->pid())},
-                     {"unix", unix_ep},
-                     {"tcp", tcp},
-                     {"gpus", std::move(gpu_values)}});
+      resp.reply(control::StartWorkerReply{proc->pid(), unix_ep, tcp, gpus}.to_value());
     };
     auto on_exit = [this, resp, weak, name, timer, answered](const process::ExitStatus& s) {
       auto proc = weak.lock();
@@ -292,7 +280,7 @@ class Agent {
       }
       worker_exited(name, proc, s);
     };
-    ports_.take(arg_or<std::vector<int>>(kwargs, "take_ports", {}));
+    ports_.take(request.take_ports);
     proc->start(on_ready, on_exit);  // throws kExecutableNotFound
     workers_[name] = RunningWorker{proc, gpus, {}, std::nullopt};
     timer->async_wait([this, resp, proc, name, answered, timeout](const asio::error_code& ec) {
@@ -305,18 +293,18 @@ class Agent {
     });
   }
 
-  void stop_worker(const Map& kwargs, const transport::Responder& resp) {
-    std::string name = arg_or<std::string>(kwargs, "name", "");
+  void stop_worker(const control::StopWorker& request, const transport::Responder& resp) {
+    const std::string& name = request.name;
     auto it = workers_.find(name);
     if (it == workers_.end())
       throw Error(ErrorCode::kInvalidArgument,
                   "no worker named '" + name + "' on " + config_.host_name);
     if (it->second.exit_status) {
-      resp.reply(Map{{"status", it->second.exit_status->describe()}});
+      resp.reply(control::StopWorkerReply{it->second.exit_status->describe()}.to_value());
       return;
     }
     it->second.stop_waiters.push_back(resp);
-    it->second.process->stop(std::chrono::milliseconds(arg_or<int64_t>(kwargs, "grace_ms", 3000)));
+    it->second.process->stop(std::chrono::milliseconds(request.grace_ms));
   }
 
   // Host memory and the resident memory of each running worker's process group.
@@ -325,13 +313,13 @@ class Agent {
     for (const auto& [name, w] : workers_)
       if (!w.process->exited()) pgids.push_back(w.process->pid());
     auto rss = proc::process_group_rss(pgids);
-    Map by_worker;
+    control::MemoryReply reply;
     for (const auto& [name, w] : workers_)
-      if (!w.process->exited()) by_worker.emplace_back(name, rss[w.process->pid()]);
+      if (!w.process->exited()) reply.workers[name] = rss[w.process->pid()];
     auto mem = proc::read_meminfo();
-    resp.reply(Map{{"total_bytes", mem.total_bytes},
-                   {"available_bytes", mem.available_bytes},
-                   {"workers", std::move(by_worker)}});
+    reply.total_bytes = mem.total_bytes;
+    reply.available_bytes = mem.available_bytes;
+    resp.reply(reply.to_value());
   }
 
   void list_workers(const transport::Responder& resp) {
@@ -347,15 +335,15 @@ class Agent {
                      const process::ExitStatus& s) {
     // Children the worker left in its process group die with it.
     process::kill_group(proc->pid(), SIGKILL);
-    Map event = status_value(name, proc->pid(), s, proc->stderr_tail());
+    Value event = exited_event(name, proc->pid(), s, proc->stderr_tail()).to_value();
     for (const auto& weak : clients_)
-      if (auto c = weak.lock()) c->send_event("worker_exited", event);
-    if (head_) head_->send_event("worker_exited", event);
+      if (auto c = weak.lock()) c->send_event(control::WorkerExited::kEvent, event);
+    if (head_) head_->send_event(control::WorkerExited::kEvent, event);
     auto it = workers_.find(name);
     if (it != workers_.end() && it->second.process == proc) {
       it->second.exit_status = s;
       for (const auto& waiter : it->second.stop_waiters)
-        waiter.reply(Map{{"status", s.describe()}});
+        waiter.reply(control::StopWorkerReply{s.describe()}.to_value());
       it->second.stop_waiters.clear();
     }
     maybe_exit();

@@ -17,10 +17,14 @@
 #include "common/token.h"
 #include "controller/cluster_impl.h"
 #include "troupe/worker_class.h"
+#include "wire/control.h"
 #include "worker/worker_env.h"
 
 namespace troupe {
 namespace internal {
+
+namespace control = wire::control;
+
 namespace {
 
 constexpr std::chrono::milliseconds kConnectTimeout{10000};
@@ -177,23 +181,22 @@ void ClusterImpl::connect_agents() {
 }
 
 void ClusterImpl::on_agent_event(size_t host, wire::Event&& event) {
-  if (event.name != "worker_exited") return;
-  const Value* name = event.value.find("name");
-  const Value* status = event.value.find("status");
-  const Value* tail = event.value.find("stderr_tail");
-  if (!name || !name->is_string()) return;
+  if (event.name != control::WorkerExited::kEvent) return;
+  control::WorkerExited exited;
+  try {
+    exited = control::WorkerExited::from(event.value);
+  } catch (const Error& e) {
+    TROUPE_LOG(Warning) << "agent of host " << host << " sent a bad event: " << e.message();
+    return;
+  }
   std::shared_ptr<WorkerState> w;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = workers_.find(name->as_string());
+    auto it = workers_.find(exited.name);
     if (it == workers_.end() || it->second->host() != host) return;
     w = it->second;
   }
-  std::vector<std::string> lines;
-  if (tail && tail->is_array())
-    for (const auto& l : tail->as_array())
-      if (l.is_string()) lines.push_back(l.as_string());
-  w->on_exit_report(status && status->is_string() ? status->as_string() : "exited", lines);
+  w->on_exit_report(exited.status, exited.stderr_tail);
 }
 
 Worker ClusterImpl::start_worker(WorkerOptions options) {
@@ -252,38 +255,44 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
                          << rule.pattern << "'";
         break;
       }
-  Map request{{"name", options.name},
-              {"gpus", to_value(options.gpus)},
-              {"num_gpus", options.num_gpus},
-              {"wrapper", to_value(wrapper)},
-              {"take_ports", to_value(options.ports)},
-              {"log_to_terminal", options.log_to_driver},
-              {"start_timeout_ms", static_cast<int64_t>(options.start_timeout.count())}};
+  control::StartWorker request;
+  request.name = options.name;
+  request.gpus = options.gpus;
+  request.num_gpus = options.num_gpus;
+  request.wrapper = wrapper;
+  request.take_ports = options.ports;
+  request.log_to_terminal = options.log_to_driver;
+  request.start_timeout_ms = options.start_timeout.count();
   if (auto it = options_.executables.find(options.class_name); it != options_.executables.end()) {
-    request.emplace_back("executable", it->second.path);
-    request.emplace_back("args", to_value(it->second.args));
+    request.executable = it->second.path;
+    request.args = it->second.args;
     for (const auto& [k, v] : it->second.env) vars.emplace(k, v);
   }
-  request.emplace_back("env", to_value(vars));
+  request.env = std::move(vars);
   std::string log_path = session_dir_ + "/logs/" + options.name + ".log";
   auto agent = agents_[options.host].peer;
   Kwargs ctor_args = options.args;
   std::string token = token_;
   asio::io_context& io = loop_->context();
-  agent->call("start_worker", request, "start of worker '" + options.name + "'")
+  agent
+      ->call(control::StartWorker::kMethod, request.to_map(),
+             "start of worker '" + options.name + "'")
       .then([worker, ctor_args, token, log_path, &io](const Future<Value>& f) {
         if (auto e = f.error()) {
           worker->mark_dead(
               Error(e->code(), "cannot start " + worker->describe() + ": " + e->message()));
           return;
         }
-        const Value& v = f.state()->value_or_throw();
-        const Value* pid = v.find("pid");
-        const Value* unix_ep = v.find("unix");
-        const Value* gpus = v.find("gpus");
-        worker->on_started(pid && pid->is_int() ? static_cast<pid_t>(pid->as_int()) : 0,
-                           gpus ? gpus->as<std::vector<int>>() : std::vector<int>{}, log_path);
-        std::string endpoint = unix_ep && unix_ep->is_string() ? unix_ep->as_string() : "";
+        control::StartWorkerReply started;
+        try {
+          started = control::StartWorkerReply::from(f.state()->value_or_throw());
+        } catch (const Error& e) {
+          worker->mark_dead(
+              Error(e.code(), "cannot start " + worker->describe() + ": " + e.message()));
+          return;
+        }
+        worker->on_started(static_cast<pid_t>(started.pid), started.gpus, log_path);
+        std::string endpoint = started.unix_endpoint;
         transport::async_connect(
             io, endpoint, token, kConnectTimeout,
             [worker, ctor_args](std::shared_ptr<transport::Connection> c, const Error* error) {
@@ -302,10 +311,9 @@ std::vector<std::string> ClusterImpl::stop_workers(
   std::vector<Future<Value>> stops;
   for (const auto& w : workers) {
     auto agent = w->agent.lock();
-    stops.push_back(
-        agent ? agent->call("stop_worker", Map{{"name", w->name()},
-                                               {"grace_ms", static_cast<int64_t>(grace.count())}})
-              : make_failed_future(Error(ErrorCode::kConnectionLost, "no agent")));
+    stops.push_back(agent ? agent->call(control::StopWorker::kMethod,
+                                        control::StopWorker{w->name(), grace.count()}.to_map())
+                          : make_failed_future(Error(ErrorCode::kConnectionLost, "no agent")));
   }
   std::vector<std::string> out;
   auto deadline = Clock::now() + grace + std::chrono::seconds(5);
@@ -314,9 +322,11 @@ std::vector<std::string> ClusterImpl::stop_workers(
     if (stops[i].state()->wait_until(deadline) && stops[i].error())
       status = "unknown (" + stops[i].error()->message() + ")";
     if (stops[i].state()->wait_until(deadline) && !stops[i].error()) {
-      Value reply = stops[i].get();
-      const Value* s = reply.find("status");
-      if (s && s->is_string()) status = s->as_string();
+      try {
+        status = control::StopWorkerReply::from(stops[i].get()).status;
+      } catch (const Error& e) {
+        status = "unknown (" + e.message() + ")";
+      }
     }
     workers[i]->mark_dead(Error(ErrorCode::kWorkerDied, workers[i]->describe() + " was stopped"));
     out.push_back(status);
@@ -344,20 +354,24 @@ std::vector<HostMemory> ClusterImpl::host_memory(std::chrono::milliseconds timeo
   std::vector<HostMemory> out;
   for (size_t i = 0; i < agents_.size(); ++i) {
     if (!answers[i].state()->wait_until(deadline) || answers[i].error()) continue;
-    Value v = answers[i].get();
+    control::MemoryReply reply;
+    try {
+      reply = control::MemoryReply::from(answers[i].get());
+    } catch (const Error& e) {
+      TROUPE_LOG(Warning) << "memory of " << agents_[i].host_name << ": " << e.message();
+      continue;
+    }
     HostMemory m;
     m.host = agents_[i].host_name;
-    if (const Value* t = v.find("total_bytes"); t && t->is_int()) m.total_bytes = t->as_int();
-    if (const Value* a = v.find("available_bytes"); a && a->is_int())
-      m.available_bytes = a->as_int();
+    m.total_bytes = reply.total_bytes;
+    m.available_bytes = reply.available_bytes;
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& g : groups_) m.group_bytes[g] = 0;
-    if (const Value* ws = v.find("workers"); ws && ws->is_map())
-      for (const auto& [name, bytes] : ws->as_map()) {
-        auto it = workers_.find(name);
-        if (it == workers_.end() || !groups_.count(it->second->group) || !bytes.is_int()) continue;
-        m.group_bytes[it->second->group] += bytes.as_int();
-      }
+    for (const auto& [name, bytes] : reply.workers) {
+      auto it = workers_.find(name);
+      if (it == workers_.end() || !groups_.count(it->second->group)) continue;
+      m.group_bytes[it->second->group] += bytes;
+    }
     out.push_back(std::move(m));
   }
   return out;

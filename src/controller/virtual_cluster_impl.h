@@ -12,6 +12,7 @@
 #include "controller/cluster_impl.h"
 #include "head/placement.h"
 #include "troupe/virtual_cluster.h"
+#include "wire/control.h"
 
 namespace troupe::internal {
 
@@ -73,11 +74,9 @@ class VirtualClusterImpl {
     std::map<size_t, std::vector<int>> got;
     for (const auto& [host, count] : per_host) {
       auto agent = runtime_.impl().agent(host);
-      Value v = agent
-                    ->call("reserve_ports", Map{{"owner", owner.empty() ? id_ : owner},
-                                                {"count", count},
-                                                {"lo", options_.port_range_begin},
-                                                {"hi", options_.port_range_end}})
+      wire::control::ReservePorts request{owner.empty() ? id_ : owner, count,
+                                          options_.port_range_begin, options_.port_range_end};
+      Value v = agent->call(wire::control::ReservePorts::kMethod, request.to_map())
                     .get(std::chrono::seconds(30));
       got[host] = v.as<std::vector<int>>();
       ports_hosts_.insert(host);
@@ -98,7 +97,10 @@ class VirtualClusterImpl {
     for (size_t host : hosts) {
       auto agent = runtime_.impl().agent(host);
       if (agent && !agent->closed())
-        agent->call("release_ports", Map{{"owner", owner}}).wait_for(std::chrono::seconds(5));
+        agent
+            ->call(wire::control::ReleasePorts::kMethod,
+                   wire::control::ReleasePorts{owner}.to_map())
+            .wait_for(std::chrono::seconds(5));
     }
   }
 
@@ -110,7 +112,8 @@ class VirtualClusterImpl {
     for (size_t host : ports_hosts_) {
       auto agent = runtime_.impl().agent(host);
       if (agent && !agent->closed())
-        agent->call("release_ports", Map{{"owner", id_}}).wait_for(std::chrono::seconds(5));
+        agent->call(wire::control::ReleasePorts::kMethod, wire::control::ReleasePorts{id_}.to_map())
+            .wait_for(std::chrono::seconds(5));
     }
     groups_.clear();
   }

@@ -11,6 +11,7 @@
 #include "controller/virtual_cluster_impl.h"
 #include "controller/worker_group_impl.h"
 #include "controller/worker_state.h"
+#include "wire/control.h"
 
 namespace troupe {
 namespace internal {
@@ -408,7 +409,7 @@ std::string WorkerGroupImpl::gpu_state(size_t idx, const std::string& label,
     }
     auto agent = w.state()->agent.lock();
     if (!agent) throw Error(ErrorCode::kConnectionLost, "the worker's agent is gone");
-    auto f = agent->call("gpu_state", Map{{"gpus", to_value(gpus)}});
+    auto f = agent->call(wire::control::GpuState::kMethod, wire::control::GpuState{gpus}.to_map());
     if (!f.wait_for(timeout))
       throw Error(ErrorCode::kTimeout,
                   "no answer within " + std::to_string(timeout.count()) + " ms");

@@ -1,6 +1,7 @@
 #include "head/head.h"
 
 #include "common/log.h"
+#include "wire/control.h"
 
 namespace troupe::head {
 
@@ -55,30 +56,26 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       });
       return;
     }
-    if (r.method != "register_agent") {
+    if (r.method != wire::control::RegisterAgent::kMethod) {
       resp.fail(Error(ErrorCode::kUnknownMethod, "the head has no method '" + r.method + "'"));
       return;
     }
     HostRecord rec;
     try {
-      for (const auto& [k, v] : r.kwargs) {
-        if (k == "host_name") rec.host_name = v.as<std::string>();
-        if (k == "address") rec.address = v.as<std::string>();
-        if (k == "num_cpus") rec.num_cpus = v.as<double>();
-        if (k == "gpu_ids") rec.gpu_ids = v.as<std::vector<int>>();
-        if (k == "labels") rec.labels = v.as<std::map<std::string, std::string>>();
-        if (k == "unix") rec.unix_endpoint = v.as<std::string>();
-        if (k == "tcp") rec.tcp_endpoint = v.as<std::string>();
-        if (k == "pid") rec.agent_pid = v.as<int>();
-        if (k == "machine_id") rec.machine_id = v.as<std::string>();
-        if (k == "memory_bytes") rec.memory_bytes = v.as<int64_t>();
-      }
+      auto m = wire::control::RegisterAgent::from(r.kwargs);
+      if (m.host_name.empty()) throw Error(ErrorCode::kInvalidArgument, "host_name is empty");
+      rec.host_name = m.host_name;
+      rec.address = m.address;
+      rec.num_cpus = m.num_cpus;
+      rec.gpu_ids = m.gpu_ids;
+      rec.labels = m.labels;
+      rec.unix_endpoint = m.unix_endpoint;
+      rec.tcp_endpoint = m.tcp_endpoint;
+      rec.agent_pid = static_cast<pid_t>(m.pid);
+      rec.machine_id = m.machine_id;
+      rec.memory_bytes = m.memory_bytes;
     } catch (const Error& e) {
-      resp.fail(Error(ErrorCode::kInvalidArgument, "register_agent: " + e.message()));
-      return;
-    }
-    if (rec.host_name.empty()) {
-      resp.fail(Error(ErrorCode::kInvalidArgument, "register_agent: host_name is required"));
+      resp.fail(Error(ErrorCode::kInvalidArgument, e.message()));
       return;
     }
     {
@@ -95,7 +92,7 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
     TROUPE_LOG(Info) << "host " << rec.host_name << " registered (" << rec.address << ", "
                      << rec.num_cpus << " CPUs, " << rec.gpu_ids.size() << " GPUs)";
     cv_.notify_all();
-    resp.reply(Map{{"host_index", *index}});
+    resp.reply(wire::control::RegisterAgentReply{*index}.to_value());
   };
   h.on_close = [this, index](const Error& reason) {
     std::function<void(const HostRecord&)> callback;
