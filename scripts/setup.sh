@@ -9,6 +9,7 @@ packages=(
   libasio-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   pkg-config procps iproute2 clang-format
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()
