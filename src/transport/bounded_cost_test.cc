@@ -150,19 +150,20 @@ TEST_F(PairTest, HeaderCutShortIsClosedAtTheStallDeadline) {
 
 TEST_F(PairTest, IdleConnectionsAndSlowWholeFramesAreNotStalls) {
   // The deadline is on progress inside a frame: an idle connection never hits it, nor does a
-  // frame whose bytes keep coming, however long it takes in all.
-  conn_->set_stall_timeout(200ms);
+  // frame whose bytes keep coming, however long it takes in all. (Gaps of a tenth of the
+  // deadline, so that a loaded machine does not turn them into stalls.)
+  conn_->set_stall_timeout(1000ms);
   auto delivered = std::make_shared<std::promise<std::string>>();
   auto closed = std::make_shared<std::atomic<bool>>(false);
   conn_->set_handlers(
       big_limits(), [delivered](wire::Frame&& f) { delivered->set_value(f.body); },
       [closed](const Error&) { *closed = true; });
   conn_->start();
-  std::this_thread::sleep_for(400ms);  // idle for twice the deadline
+  std::this_thread::sleep_for(1500ms);  // idle for longer than the deadline
   std::string frame = frame_bytes(FrameKind::kEvent, 0, std::string(20, 'b'));
-  for (char c : frame) {  // 44 bytes, one every 50 ms: 2.2 s for the frame
-    ASSERT_TRUE(raw_->write(std::string(1, c)));
-    std::this_thread::sleep_for(50ms);
+  for (size_t pos = 0; pos < frame.size(); pos += 2) {  // 22 pieces, 100 ms apart: 2.2 s
+    ASSERT_TRUE(raw_->write(frame.substr(pos, 2))) << "closed after " << pos << " bytes";
+    std::this_thread::sleep_for(100ms);
   }
   auto f = delivered->get_future();
   ASSERT_EQ(f.wait_for(kDeadline), std::future_status::ready);
