@@ -12,6 +12,9 @@
 // silent connections go away a new client connects and is served; the server's log stays short
 // (the old code logged millions of accept failures once it ran out of descriptors).
 //
+// A second test runs the server with 64 open files, so that accept fails (EMFILE): the listener
+// must back off and log rarely, and keep serving (the old code retried at once, logging each).
+//
 // The numbers are printed; run `build/tests/transport_flood_test` to see them.
 #include <signal.h>
 #include <sys/resource.h>
@@ -34,9 +37,17 @@ constexpr uint32_t kDeclared = 64u << 20;  // the default FrameLimits::max_body
 constexpr int kStallMs = 3000;             // the server's frame stall deadline in this test
 // Growth of the server's peak RSS over its RSS before the attack. What the server may hold at
 // once: 100 authenticated connections x (64 KiB read buffer + at most 64 KiB of a frame part
-// before its bytes arrive) = 12.5 MiB, plus 256 pending handshakes x a few KiB. Sanitizer
-// builds add redzones, quarantine and shadow memory on top, hence the margin.
-constexpr long kRssBoundKiB = 64 * 1024;
+// before its bytes arrive) = 12.5 MiB, plus 256 pending handshakes x a few KiB; measured 11.7
+// MiB (release). The old code needed 64 MiB per stalled body: over 3 GiB here. The sanitizer
+// builds add to each byte the program touches: ASan redzones and quarantine (measured 18 MiB),
+// TSan shadow memory (measured 58 MiB).
+#if defined(__SANITIZE_THREAD__)
+constexpr long kRssBoundKiB = 128 * 1024;
+#elif defined(__SANITIZE_ADDRESS__)
+constexpr long kRssBoundKiB = 48 * 1024;
+#else
+constexpr long kRssBoundKiB = 32 * 1024;
+#endif
 // Lines the server may log: one per stalled frame it closes, plus a few rate-limited ones.
 constexpr size_t kMaxLogLines = kStalled + 50;
 
@@ -229,7 +240,9 @@ TEST(TransportFlood, SilentAndStalledPeersCostBoundedMemoryAndLogLines) {
     int fd = connect_nonblocking(endpoint);
     ASSERT_GE(fd, 0) << "connection " << i << ": " << std::strerror(errno);
     silent.push_back(fd);
-    if (i % 500 == 499) ASSERT_TRUE(good.echo(i)) << "during the flood, after " << i + 1;
+    if (i % 500 == 499) {
+      ASSERT_TRUE(good.echo(i)) << "during the flood, after " << i + 1;
+    }
   }
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(good.echo(kSilent + i)) << "after the flood";
   auto flood_time = Clock::now() - attack_start;
@@ -278,6 +291,12 @@ TEST(TransportFlood, OutOfDescriptorsTheListenerBacksOffAndLogsRarely) {
   // The server may open 64 files: 200 silent connections run it out of descriptors, so accept
   // fails with EMFILE until some go away. It must neither spin nor log each failure (LST-2/3).
   constexpr int kConnections = 200;
+#ifdef __SANITIZE_ADDRESS__
+  // UBSan (part of that build) checks the type of an object it has not met before by reading
+  // it through a pipe; out of descriptors that fails and reads as a bad object, which aborts
+  // the server. The release and TSan builds run this test.
+  GTEST_SKIP() << "UBSan's vptr check needs free descriptors, which this test takes away";
+#endif
   ASSERT_TRUE(raise_file_limit(kConnections + 100));
   TempDir dir;
   std::string log_path = dir.path() + "/server.log";
@@ -287,6 +306,7 @@ TEST(TransportFlood, OutOfDescriptorsTheListenerBacksOffAndLogsRarely) {
   ASSERT_FALSE(endpoint.empty()) << "the flood server did not start";
   Client good(endpoint);
   ASSERT_TRUE(good.connect());
+  ASSERT_TRUE(good.echo(-1));
 
   std::vector<int> silent;
   for (int i = 0; i < kConnections; ++i) {
@@ -311,7 +331,8 @@ TEST(TransportFlood, OutOfDescriptorsTheListenerBacksOffAndLogsRarely) {
         return fresh.connect() && fresh.echo(-1);
       },
       20s))
-      << "no new client was served once descriptors were free again";
+      << "no new client was served once descriptors were free again; the server's log:\n"
+      << read_file(log_path).substr(0, 6000);
   EXPECT_TRUE(server.stop());
   std::cout << "out of descriptors: " << calls << " good calls in 1 s, " << lines
             << " log lines meanwhile\n";
