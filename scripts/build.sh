@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Usage: scripts/build.sh [release|asan]
+# Usage: scripts/build.sh [release|asan|tsan|fuzz]
 #   release (default): build/      -DCMAKE_BUILD_TYPE=RelWithDebInfo
 #   asan:              build-asan/ -DTROUPE_SANITIZE=ON (ASan + UBSan), Debug, no benchmarks
+#   tsan:              build-tsan/ -DTROUPE_SANITIZE_THREAD=ON (ThreadSanitizer), RelWithDebInfo,
+#                      no benchmarks
+#   fuzz:              build-fuzz/ clang++-14, only the libFuzzer target wire_fuzz (scripts/fuzz.sh)
 # Reuses an existing build directory (re-running configure is cheap and picks up CMake changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=${1:-release}
+targets=()
 case "$mode" in
   release)
     dir=build
@@ -16,11 +20,21 @@ case "$mode" in
     dir=build-asan
     args=(-DTROUPE_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug -DTROUPE_BUILD_BENCH=OFF)
     ;;
+  tsan)
+    dir=build-tsan
+    args=(-DTROUPE_SANITIZE_THREAD=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_BUILD_BENCH=OFF)
+    ;;
+  fuzz)
+    dir=build-fuzz
+    args=(-DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTROUPE_BUILD_FUZZ=ON
+      -DTROUPE_BUILD_TESTS=OFF -DTROUPE_BUILD_BENCH=OFF)
+    targets=(--target wire_fuzz)
+    ;;
   *)
-    echo "usage: $0 [release|asan]" >&2
+    echo "usage: $0 [release|asan|tsan|fuzz]" >&2
     exit 2
     ;;
 esac
 
 cmake -S . -B "$dir" "${args[@]}"
-cmake --build "$dir" -j"$(nproc)"
+cmake --build "$dir" -j"$(nproc)" "${targets[@]}"

@@ -3,7 +3,10 @@
 #   1. builds the release variant (build/) and runs its CTest suite;
 #   2. installs it into a temporary prefix and builds tests/consumer against it
 #      (tests/consumer_test.sh), counted as one test;
-#   3. builds the ASan/UBSan variant (build-asan/) and runs its CTest suite.
+#   3. builds the ASan/UBSan variant (build-asan/) and runs its CTest suite;
+#   4. builds the ThreadSanitizer variant (build-tsan/) and runs its CTest suite;
+#   5. builds the libFuzzer target over the wire decoders and runs it for a fixed number of
+#      inputs from the seed corpus (scripts/fuzz.sh), counted as one test.
 # Keeps going after a failure so that one run reports everything. A step that fails without
 # reporting test counts (setup, a build, a ctest run that printed no summary) counts as one
 # failure. Exits non-zero if anything failed; the last line of output is "N passed, M failed".
@@ -17,6 +20,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 note() { report+=("$1"); }
+step_start=$SECONDS
+took() { echo "($((SECONDS - step_start)) s)"; }
 
 step_failed() {  # step_failed WHAT
   failed=$((failed + 1))
@@ -31,6 +36,7 @@ run_ctest() {
   echo "=== ctest ($label) ==="
   # stdin from /dev/null: CI has none, and no test may wait on it. --timeout is the default
   # deadline for a test that sets none of its own.
+  step_start=$SECONDS
   env "$@" ctest --test-dir "$dir" --output-on-failure -j2 --timeout 300 --no-tests=error \
     </dev/null 2>&1 | tee "$log" || rc=$?
   line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
@@ -45,7 +51,7 @@ run_ctest() {
   if ((rc != 0 && nfail == 0)); then
     step_failed "ctest $label: exit $rc although no test failed"
   else
-    note "$( ((nfail == 0)) && echo "ok     " || echo "FAILED ") ctest $label: $((total - nfail)) passed, $nfail failed"
+    note "$( ((nfail == 0)) && echo "ok     " || echo "FAILED ") ctest $label: $((total - nfail)) passed, $nfail failed $(took)"
   fi
 }
 
@@ -76,6 +82,26 @@ if bash scripts/build.sh asan; then
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 else
   step_failed "build asan (its tests did not run)"
+fi
+
+echo "=== build (tsan) ==="
+step_start=$SECONDS
+if bash scripts/build.sh tsan; then
+  note "ok      build tsan $(took)"
+  # halt_on_error: the first race fails the test that ran into it.
+  run_ctest tsan build-tsan \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+else
+  step_failed "build tsan (its tests did not run)"
+fi
+
+echo "=== fuzz (wire decoders) ==="
+step_start=$SECONDS
+if bash scripts/fuzz.sh; then
+  passed=$((passed + 1))
+  note "ok      fuzz wire decoders $(took)"
+else
+  step_failed "fuzz wire decoders (see build-fuzz/crash-* for a finding)"
 fi
 
 echo "=== summary ==="

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <asio/post.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
@@ -14,7 +15,12 @@
 
 namespace troupe::transport {
 namespace {
+constexpr size_t kHandshakeReadBufferSize = 1024;  // a header and a 512-byte handshake body
 constexpr size_t kReadBufferSize = 64 * 1024;
+constexpr size_t kMinPartChunk = 64 * 1024;  // first allocation of a frame part (CONN-1)
+// A part with at least this much left is read straight into its own buffer; less goes through
+// the read buffer (one read for many small parts).
+constexpr size_t kDirectReadMin = 16 * 1024;
 constexpr size_t kMaxIov = 64;
 }  // namespace
 
@@ -22,7 +28,8 @@ Connection::Connection(Socket socket, std::string peer)
     : io_(static_cast<asio::io_context&>(socket.get_executor().context())),
       socket_(std::move(socket)),
       peer_(std::move(peer)),
-      rbuf_(kReadBufferSize) {
+      rbuf_(kHandshakeReadBufferSize),
+      stall_timer_(io_) {
   asio::error_code ec;
   socket_.non_blocking(true, ec);
   ::fcntl(socket_.native_handle(), F_SETFD, FD_CLOEXEC);  // never inherited by a child
@@ -48,11 +55,15 @@ void Connection::start() {
 void Connection::read_more() {
   if (closed_) return;
   if (rbegin_ == rend_) rbegin_ = rend_ = 0;
+  // The full-size buffer only once frames larger than the handshake's may come (CONN-1).
+  if (rbuf_.size() < kReadBufferSize && wire::kHeaderSize + limits_.max_body > rbuf_.size())
+    rbuf_.resize(kReadBufferSize);
   if (rend_ == rbuf_.size()) {
     std::memmove(rbuf_.data(), rbuf_.data() + rbegin_, rend_ - rbegin_);
     rend_ -= rbegin_;
     rbegin_ = 0;
   }
+  watch_stall();
   socket_.async_read_some(
       asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
       [self = shared_from_this()](const asio::error_code& ec, size_t n) {
@@ -65,8 +76,15 @@ void Connection::read_more() {
           return;
         }
         self->rend_ += n;
+        self->on_bytes();
         self->parse_buffer();
       });
+}
+
+void Connection::close_with(const Error& reason) {
+  if (!quiet_)
+    TROUPE_LOG(Warning) << "closing connection from " << peer_ << ": " << reason.message();
+  fail(reason);
 }
 
 void Connection::parse_buffer() {
@@ -74,11 +92,18 @@ void Connection::parse_buffer() {
     while (!closed_ && parse_one()) {
     }
   } catch (const Error& e) {
-    TROUPE_LOG(Warning) << "closing connection from " << peer_ << ": " << e.message();
-    fail(e);
+    close_with(e);
     return;
   }
-  if (closed_ || state_ == ReadState::kPayload) return;  // payload reads are in flight
+  continue_reading();
+}
+
+void Connection::continue_reading() {
+  if (closed_) return;
+  if (state_ == ReadState::kPayload && rbegin_ == rend_) {
+    const Part& part = parts_[part_index_];
+    if (part.size - part.filled >= kDirectReadMin) return read_part_directly();
+  }
   read_more();
 }
 
@@ -110,70 +135,133 @@ bool Connection::parse_one() {
     rbegin_ += table;
     prepare_payload(sizes);
     state_ = ReadState::kPayload;
-    if (fill_payload_from_buffer()) {
-      deliver();
-      return true;
-    }
-    read_payload_directly();
-    return false;
   }
-  return false;
+  if (!fill_payload_from_buffer()) return false;
+  deliver();
+  return true;
 }
 
 void Connection::prepare_payload(const std::vector<uint64_t>& sizes) {
   frame_ = wire::Frame{};
   frame_.kind = header_.kind;
   frame_.request_id = header_.request_id;
-  frame_.body.resize(header_.body_size);
-  payload_parts_.clear();
-  if (header_.body_size)
-    payload_parts_.emplace_back(reinterpret_cast<uint8_t*>(frame_.body.data()), header_.body_size);
-  frame_.attachments.reserve(sizes.size());
-  for (uint64_t size : sizes) {
-    std::shared_ptr<uint8_t[]> buf(new uint8_t[size ? size : 1]);
-    uint8_t* data = buf.get();
-    frame_.attachments.emplace_back(std::shared_ptr<const void>(buf, data), data, size);
-    if (size) payload_parts_.emplace_back(data, size);
+  parts_.assign(1 + sizes.size(), Part{});
+  parts_[0].size = header_.body_size;
+  for (size_t i = 0; i < sizes.size(); ++i) parts_[1 + i].size = sizes[i];
+  attachment_buffers_.clear();
+  attachment_buffers_.resize(sizes.size());
+  part_index_ = 0;
+}
+
+uint8_t* Connection::reserve(size_t index, size_t need) {
+  Part& part = parts_[index];
+  if (part.capacity - part.filled >= need) return part.data + part.filled;
+  // Geometric growth, never past the declared size: at most max(kMinPartChunk, 2 * filled).
+  size_t capacity =
+      std::min(part.size, std::max({part.filled + need, 2 * part.capacity, kMinPartChunk}));
+  if (index == 0) {
+    frame_.body.resize(capacity);
+    part.data = reinterpret_cast<uint8_t*>(frame_.body.data());
+  } else {
+    auto& buffer = attachment_buffers_[index - 1];
+    auto* grown = static_cast<uint8_t*>(std::realloc(buffer.get(), capacity));
+    if (!grown)
+      throw Error(ErrorCode::kResourceUnavailable, "out of memory for a frame attachment of " +
+                                                       std::to_string(part.size) + " bytes");
+    (void)buffer.release();
+    buffer.reset(grown);
+    part.data = grown;
   }
-  part_index_ = part_offset_ = 0;
+  part.capacity = capacity;
+  return part.data + part.filled;
 }
 
 bool Connection::fill_payload_from_buffer() {
-  while (part_index_ < payload_parts_.size()) {
-    auto [dst, size] = payload_parts_[part_index_];
-    size_t n = std::min(size - part_offset_, rend_ - rbegin_);
-    std::memcpy(dst + part_offset_, rbuf_.data() + rbegin_, n);
-    rbegin_ += n;
-    part_offset_ += n;
-    if (part_offset_ < size) return false;
+  while (part_index_ < parts_.size()) {
+    Part& part = parts_[part_index_];
+    size_t n = std::min(part.size - part.filled, rend_ - rbegin_);
+    if (n) {
+      std::memcpy(reserve(part_index_, n), rbuf_.data() + rbegin_, n);
+      rbegin_ += n;
+      part.filled += n;
+    }
+    if (part.filled < part.size) return false;
     ++part_index_;
-    part_offset_ = 0;
   }
   return true;
 }
 
-void Connection::read_payload_directly() {
-  std::vector<asio::mutable_buffer> bufs;
-  for (size_t i = part_index_; i < payload_parts_.size(); ++i) {
-    size_t skip = i == part_index_ ? part_offset_ : 0;
-    bufs.emplace_back(payload_parts_[i].first + skip, payload_parts_[i].second - skip);
+void Connection::read_part_directly() {
+  uint8_t* dst;
+  size_t room;
+  try {
+    dst = reserve(part_index_, 1);
+    const Part& part = parts_[part_index_];
+    room = part.capacity - part.filled;
+  } catch (const Error& e) {
+    return close_with(e);
   }
-  asio::async_read(socket_, bufs, [self = shared_from_this()](const asio::error_code& ec, size_t) {
-    if (ec) {
-      self->fail(Error(ErrorCode::kConnectionLost,
-                       "connection to " + self->peer_ + " lost in the middle of a frame"));
-      return;
-    }
-    self->part_index_ = self->payload_parts_.size();
-    self->deliver();
-    self->parse_buffer();
-  });
+  watch_stall();
+  socket_.async_read_some(
+      asio::buffer(dst, room), [self = shared_from_this()](const asio::error_code& ec, size_t n) {
+        if (ec) {
+          self->fail(Error(ErrorCode::kConnectionLost,
+                           "connection to " + self->peer_ + " lost in the middle of a frame"));
+          return;
+        }
+        self->on_bytes();
+        Part& part = self->parts_[self->part_index_];
+        part.filled += n;
+        if (part.filled == part.size) ++self->part_index_;
+        self->parse_buffer();  // delivers the frame when that was its last part
+      });
+}
+
+void Connection::on_bytes() { last_progress_ = std::chrono::steady_clock::now(); }
+
+void Connection::watch_stall() {
+  if (stall_timer_armed_ || stall_timeout_.count() <= 0 || !mid_frame()) return;
+  stall_timer_armed_ = true;
+  stall_timer_.expires_at(last_progress_ + stall_timeout_);
+  stall_timer_.async_wait(
+      [self = shared_from_this()](const asio::error_code& ec) { self->check_stall(ec); });
+}
+
+void Connection::check_stall(const asio::error_code& ec) {
+  stall_timer_armed_ = false;
+  if (ec || closed_ || !mid_frame()) return;
+  if (std::chrono::steady_clock::now() < last_progress_ + stall_timeout_) return watch_stall();
+  size_t received = state_ == ReadState::kPayload ? 0 : rend_ - rbegin_;
+  size_t declared = 0;
+  if (state_ == ReadState::kPayload) {
+    for (const Part& part : parts_) received += part.filled, declared += part.size;
+  }
+  std::string progress =
+      state_ == ReadState::kPayload
+          ? std::to_string(received) + " of " + std::to_string(declared) + " payload bytes"
+          : std::to_string(received) + " bytes of a frame header";
+  close_with(Error(ErrorCode::kTimeout, "frame stalled: no bytes for " +
+                                            std::to_string(stall_timeout_.count()) + " ms after " +
+                                            progress));
 }
 
 void Connection::deliver() {
   state_ = ReadState::kHeader;
   wire::Frame frame = std::move(frame_);
   frame_ = wire::Frame{};
+  frame.attachments.reserve(attachment_buffers_.size());
+  for (size_t i = 0; i < attachment_buffers_.size(); ++i) {
+    size_t size = parts_[1 + i].size;
+    // Bytes of an empty attachment still point somewhere valid.
+    if (!attachment_buffers_[i])
+      attachment_buffers_[i].reset(static_cast<uint8_t*>(std::malloc(1)));
+    uint8_t* data = attachment_buffers_[i].release();
+    frame.attachments.emplace_back(
+        std::shared_ptr<const void>(data, [](const void* p) { std::free(const_cast<void*>(p)); }),
+        data, size);
+  }
+  attachment_buffers_.clear();
+  parts_.clear();
   if (!on_frame_) return;
   dispatching_ = true;
   struct Done {
@@ -186,11 +274,9 @@ void Connection::deliver() {
   try {
     on_frame_(std::move(frame));
   } catch (const Error& e) {
-    TROUPE_LOG(Warning) << "closing connection from " << peer_ << ": " << e.message();
-    fail(e);
+    close_with(e);
   } catch (const std::exception& e) {
-    TROUPE_LOG(Warning) << "closing connection from " << peer_ << ": " << e.what();
-    fail(Error(ErrorCode::kInternal, e.what()));
+    close_with(Error(ErrorCode::kInternal, e.what()));
   }
 }
 
@@ -204,6 +290,7 @@ void Connection::fail(const Error& reason) {
     socket_.close(ec);
     queue_.clear();
   }
+  stall_timer_.cancel();
   if (close_reported_) return;
   close_reported_ = true;
   if (on_close_) {

@@ -4,11 +4,21 @@
 // io_context. send() may be called from any thread: it writes straight to the socket when
 // nothing is queued (no thread hop on the call path) and otherwise queues the frame for the I/O
 // thread. Frames are sent in the order send() was called.
+//
+// Memory (CONN-1): a new connection holds a read buffer of 1 KiB, enough for the handshake
+// frames; the 64 KiB buffer comes once the limits allow larger frames. A frame's body and
+// attachments are allocated as their bytes arrive, never at the size the header declares: the
+// buffers of a frame in progress hold at most max(64 KiB, twice the bytes received) per part.
+// CONN-2: a frame that makes no progress for the stall timeout (no byte arrives while it is
+// incomplete) closes the connection with kTimeout and a logged reason.
 #pragma once
 
 #include <asio/generic/stream_protocol.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -22,6 +32,9 @@
 namespace troupe::transport {
 
 using Socket = asio::generic::stream_protocol::socket;
+
+// How long a frame may go without a byte arriving once it has started (CONN-2).
+constexpr std::chrono::milliseconds kDefaultFrameStallTimeout{30000};
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
@@ -37,6 +50,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // from the handshake to the authenticated protocol). A frame handler that throws Error closes
   // the connection with that reason.
   void set_handlers(wire::FrameLimits limits, FrameHandler on_frame, CloseHandler on_close);
+  // Sets the stall timeout of CONN-2 (zero: none). Call before start() or on the I/O thread.
+  void set_stall_timeout(std::chrono::milliseconds timeout) { stall_timeout_ = timeout; }
+  // While `quiet` is set, the connection does not log why it closes (the handshake logs its
+  // failures through a rate limit instead). Call before start() or on the I/O thread.
+  void set_quiet(bool quiet) { quiet_ = quiet; }
   // Starts the read loop. Call once.
   void start();
 
@@ -60,13 +78,30 @@ class Connection : public std::enable_shared_from_this<Connection> {
     size_t offset = 0;  // bytes of this frame already written
   };
   enum class ReadState { kHeader, kTable, kPayload };
+  // The body (index 0) or one attachment of the frame being read, allocated as bytes arrive.
+  struct Part {
+    size_t size = 0;      // declared
+    size_t filled = 0;    // received
+    size_t capacity = 0;  // allocated
+    uint8_t* data = nullptr;
+  };
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
 
   void read_more();
   void parse_buffer();
+  void continue_reading();
   bool parse_one();  // returns false when more bytes are needed
   void prepare_payload(const std::vector<uint64_t>& sizes);
+  uint8_t* reserve(size_t index, size_t need);  // room for `need` more bytes of part `index`
   bool fill_payload_from_buffer();
-  void read_payload_directly();
+  void read_part_directly();
+  void on_bytes();  // a read made progress
+  void watch_stall();
+  void check_stall(const asio::error_code& ec);
+  bool mid_frame() const { return state_ != ReadState::kHeader || rend_ > rbegin_; }
+  void close_with(const Error& reason);  // logs (unless quiet) and fails
   void deliver();
   void fail(const Error& reason);     // on the I/O thread
   size_t write_now(PendingWrite& w);  // returns bytes written, stops at EAGAIN; throws on error
@@ -89,8 +124,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   ReadState state_ = ReadState::kHeader;
   wire::FrameHeader header_;
   wire::Frame frame_;
-  std::vector<std::pair<uint8_t*, size_t>> payload_parts_;  // destinations still to fill
-  size_t part_index_ = 0, part_offset_ = 0;
+  std::vector<Part> parts_;  // body, then attachments
+  std::vector<std::unique_ptr<uint8_t, Free>> attachment_buffers_;
+  size_t part_index_ = 0;
+  bool quiet_ = false;
+  std::chrono::milliseconds stall_timeout_ = kDefaultFrameStallTimeout;
+  asio::steady_timer stall_timer_;
+  bool stall_timer_armed_ = false;
+  std::chrono::steady_clock::time_point last_progress_{};
 
   // Write side.
   std::mutex write_mu_;

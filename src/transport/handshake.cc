@@ -31,23 +31,47 @@ std::shared_ptr<asio::steady_timer> start_timer(const std::shared_ptr<Connection
 }  // namespace
 
 void serve_handshake(std::shared_ptr<Connection> conn, const std::string& token,
-                     std::chrono::milliseconds timeout, AuthenticatedHandler on_authenticated) {
+                     ServerHandshakeOptions options, AuthenticatedHandler on_authenticated) {
+  // Shared by the handlers below; lives until the connection drops them.
+  struct State {
+    std::shared_ptr<LogLimiter> limiter;
+    std::function<void()> on_finished;
+    bool logged = false;  // the reason of the close is already in the log
+    void log(const std::string& line) {
+      logged = true;
+      size_t suppressed = 0;
+      if (limiter && !limiter->allow(&suppressed)) return;
+      if (suppressed)
+        TROUPE_LOG(Warning) << line << " (" << suppressed
+                            << " lines about other failed handshakes suppressed)";
+      else
+        TROUPE_LOG(Warning) << line;
+    }
+    void finish() {
+      if (!on_finished) return;
+      auto f = std::move(on_finished);
+      on_finished = nullptr;
+      f();
+    }
+  };
+  auto state = std::make_shared<State>();
+  state->limiter = std::move(options.log_limiter);
+  state->on_finished = std::move(options.on_finished);
   std::string server_nonce = token::random_bytes(kNonceSize);
   std::weak_ptr<Connection> weak = conn;
-  auto timer = start_timer(conn, timeout, [weak] {
+  auto timer = start_timer(conn, options.timeout, [weak, state] {
     if (auto c = weak.lock()) {
-      TROUPE_LOG(Warning) << "closing connection from " << c->peer()
-                          << ": authentication timed out";
+      state->log("closing connection from " + c->peer() + ": authentication timed out");
       c->close(Error(ErrorCode::kTimeout, "authentication timed out"));
     }
   });
-  auto on_frame = [weak, token, server_nonce, timer,
+  auto on_frame = [weak, token, server_nonce, timer, state,
                    on_authenticated = std::move(on_authenticated)](wire::Frame&& frame) {
     auto c = weak.lock();
     if (!c) return;
     auto reject = [&](const std::string& reason) {
       timer->cancel();
-      TROUPE_LOG(Warning) << "rejecting unauthenticated peer " << c->peer() << ": " << reason;
+      state->log("rejecting unauthenticated peer " + c->peer() + ": " + reason);
       c->send(wire::FrameKind::kAuthFailed, 0, "authentication failed: " + reason);
       c->close(Error(ErrorCode::kUnauthenticated, reason));
     };
@@ -59,10 +83,21 @@ void serve_handshake(std::shared_ptr<Connection> conn, const std::string& token,
     if (!token::constant_time_equal(proof, client_proof(token, server_nonce, client_nonce)))
       return reject("wrong cluster token");
     timer->cancel();
+    c->set_quiet(false);
     c->send(wire::FrameKind::kAuthOk, 0, server_proof(token, server_nonce, client_nonce));
+    state->finish();
     on_authenticated(c);
   };
-  auto on_close = [timer](const Error&) { timer->cancel(); };
+  auto on_close = [weak, timer, state](const Error& reason) {
+    timer->cancel();
+    // A peer that just went away is not worth a line; a bad frame is.
+    if (!state->logged && reason.code() != ErrorCode::kConnectionLost) {
+      if (auto c = weak.lock())
+        state->log("closing connection from " + c->peer() + ": " + reason.message());
+    }
+    state->finish();
+  };
+  conn->set_quiet(true);
   conn->set_handlers(wire::handshake_limits(), std::move(on_frame), std::move(on_close));
   conn->send(wire::FrameKind::kChallenge, 0, server_nonce);
   conn->start();

@@ -16,17 +16,28 @@
 #include <string>
 
 #include "transport/connection.h"
+#include "transport/log_limiter.h"
 
 namespace troupe::transport {
 
 using AuthenticatedHandler = std::function<void(std::shared_ptr<Connection>)>;
 using ClientDoneHandler = std::function<void(std::shared_ptr<Connection>, const Error* error)>;
 
+struct ServerHandshakeOptions {
+  std::chrono::milliseconds timeout{10000};
+  // Failures are logged through it (one line per failure while it allows); null: all logged.
+  std::shared_ptr<LogLimiter> log_limiter;
+  // Called once on the I/O thread when the handshake ends, whether it succeeded or not (before
+  // `on_authenticated`).
+  std::function<void()> on_finished;
+};
+
 // Runs the server side on a new connection and starts it. On success calls `on_authenticated`
 // on the I/O thread, which must install the connection's real handlers; on failure logs the
-// reason and closes. Gives up after `timeout`.
+// reason and closes. Gives up after `options.timeout`. Until it succeeds the connection does
+// not log by itself: every failure is logged here, through the options' rate limit.
 void serve_handshake(std::shared_ptr<Connection> connection, const std::string& token,
-                     std::chrono::milliseconds timeout, AuthenticatedHandler on_authenticated);
+                     ServerHandshakeOptions options, AuthenticatedHandler on_authenticated);
 
 // Runs the client side on a new connection and starts it. Calls `done` exactly once on the I/O
 // thread: with error == nullptr after success (the caller then installs its handlers), else with

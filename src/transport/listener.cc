@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <asio/ip/tcp.hpp>
 #include <asio/local/stream_protocol.hpp>
 #include <asio/post.hpp>
@@ -15,6 +16,11 @@
 
 namespace troupe::transport {
 namespace {
+
+constexpr size_t kLogBurst = 20;
+constexpr auto kLogWindow = std::chrono::seconds(20);
+constexpr std::chrono::milliseconds kMinRetryDelay{10};
+constexpr std::chrono::milliseconds kMaxRetryDelay{500};
 
 bool is_tcp(const std::string& endpoint) { return endpoint.rfind("tcp:", 0) == 0; }
 
@@ -64,12 +70,14 @@ asio::generic::stream_protocol::endpoint parse_endpoint(const std::string& endpo
 }
 
 Listener::Listener(asio::io_context& io, std::string token, AuthenticatedHandler on_connection,
-                   std::chrono::milliseconds handshake_timeout)
+                   ListenerOptions options)
     : io_(io),
       acceptor_(io),
       token_(std::move(token)),
       on_connection_(std::move(on_connection)),
-      handshake_timeout_(handshake_timeout) {}
+      options_(options),
+      log_limiter_(std::make_shared<LogLimiter>(kLogBurst, kLogWindow)),
+      retry_timer_(io) {}
 
 Listener::~Listener() {
   asio::error_code ec;
@@ -80,8 +88,16 @@ Listener::~Listener() {
 std::shared_ptr<Listener> Listener::start(asio::io_context& io, const std::string& endpoint,
                                           std::string token, AuthenticatedHandler on_connection,
                                           std::chrono::milliseconds handshake_timeout) {
+  ListenerOptions options;
+  options.handshake_timeout = handshake_timeout;
+  return start(io, endpoint, std::move(token), std::move(on_connection), options);
+}
+
+std::shared_ptr<Listener> Listener::start(asio::io_context& io, const std::string& endpoint,
+                                          std::string token, AuthenticatedHandler on_connection,
+                                          ListenerOptions options) {
   std::shared_ptr<Listener> l(
-      new Listener(io, std::move(token), std::move(on_connection), handshake_timeout));
+      new Listener(io, std::move(token), std::move(on_connection), options));
   auto ep = parse_endpoint(endpoint);
   asio::error_code ec;
   if (!is_tcp(endpoint)) {
@@ -112,29 +128,69 @@ void Listener::accept_next() {
   acceptor_.async_accept([weak](const asio::error_code& ec, Socket socket) {
     auto self = weak.lock();
     if (!self) return;
-    if (ec) {
-      if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
-      TROUPE_LOG(Warning) << "accept on " << self->endpoint_ << " failed: " << ec.message();
-      self->accept_next();
-      return;
-    }
-    std::string peer = self->endpoint_;
-    asio::error_code pec;
-    auto remote = socket.remote_endpoint(pec);
-    if (!pec && remote.protocol().family() != AF_UNIX) {
-      set_nodelay(socket);
-      peer = describe(remote);
-    }
-    auto conn = std::make_shared<Connection>(std::move(socket), peer);
-    serve_handshake(conn, self->token_, self->handshake_timeout_, self->on_connection_);
+    if (ec) return self->on_accept_error(ec);
+    self->retry_delay_ = std::chrono::milliseconds(0);
+    self->on_accepted(std::move(socket));
     self->accept_next();
   });
+}
+
+void Listener::on_accepted(Socket socket) {
+  if (pending_ >= options_.max_pending_handshakes) {
+    asio::error_code ec;
+    socket.close(ec);
+    log("listener " + endpoint_ + " closed a new connection: " + std::to_string(pending_) +
+        " connections are already in the handshake (the limit)");
+    return;
+  }
+  std::string peer = endpoint_;
+  asio::error_code pec;
+  auto remote = socket.remote_endpoint(pec);
+  if (!pec && remote.protocol().family() != AF_UNIX) {
+    set_nodelay(socket);
+    peer = describe(remote);
+  }
+  auto conn = std::make_shared<Connection>(std::move(socket), peer);
+  ++pending_;
+  ServerHandshakeOptions handshake;
+  handshake.timeout = options_.handshake_timeout;
+  handshake.log_limiter = log_limiter_;
+  std::weak_ptr<Listener> weak = shared_from_this();
+  handshake.on_finished = [weak] {
+    if (auto self = weak.lock()) --self->pending_;
+  };
+  serve_handshake(conn, token_, std::move(handshake), on_connection_);
+}
+
+void Listener::on_accept_error(const asio::error_code& ec) {
+  if (ec == asio::error::operation_aborted || !acceptor_.is_open()) return;
+  // Out of descriptors or memory: trying again at once fails again at once (LST-2).
+  retry_delay_ = std::min(kMaxRetryDelay, std::max(kMinRetryDelay, retry_delay_ * 2));
+  log("accept on " + endpoint_ + " failed: " + ec.message() + "; retrying in " +
+      std::to_string(retry_delay_.count()) + " ms");
+  retry_timer_.expires_after(retry_delay_);
+  std::weak_ptr<Listener> weak = shared_from_this();
+  retry_timer_.async_wait([weak](const asio::error_code& ec) {
+    auto self = weak.lock();
+    if (ec || !self || !self->acceptor_.is_open()) return;
+    self->accept_next();
+  });
+}
+
+void Listener::log(const std::string& line) {
+  size_t suppressed = 0;
+  if (!log_limiter_->allow(&suppressed)) return;
+  if (suppressed)
+    TROUPE_LOG(Warning) << line << " (" << suppressed << " similar lines suppressed)";
+  else
+    TROUPE_LOG(Warning) << line;
 }
 
 void Listener::close() {
   asio::post(io_, [self = shared_from_this()] {
     asio::error_code ec;
     self->acceptor_.close(ec);
+    self->retry_timer_.cancel();
     if (!self->unix_path_.empty()) {
       ::unlink(self->unix_path_.c_str());
       self->unix_path_.clear();

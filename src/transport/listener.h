@@ -7,6 +7,7 @@
 
 #include <asio/basic_socket_acceptor.hpp>
 #include <asio/generic/stream_protocol.hpp>
+#include <asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -23,7 +24,21 @@ using Acceptor = asio::basic_socket_acceptor<asio::generic::stream_protocol>;
 asio::generic::stream_protocol::endpoint parse_endpoint(const std::string& endpoint);
 
 constexpr std::chrono::milliseconds kDefaultHandshakeTimeout{10000};
+constexpr size_t kDefaultMaxPendingHandshakes = 256;
 
+struct ListenerOptions {
+  std::chrono::milliseconds handshake_timeout = kDefaultHandshakeTimeout;
+  // LST-1: at most this many accepted connections are in the handshake at once; a connection
+  // accepted beyond it is closed at once (before any byte is read or sent).
+  size_t max_pending_handshakes = kDefaultMaxPendingHandshakes;
+};
+
+// Cost before authentication is bounded (LST-1 above; CONN-1 in connection.h for the buffers).
+// LST-2: when accept fails (out of descriptors or memory), the listener waits before it tries
+// again, 10 ms doubling up to 500 ms, and resets the wait after an accept succeeds.
+// LST-3: the lines a peer can cause before it authenticates (refused connections, failed
+// handshakes, accept errors) are rate-limited per listener: at most 20 in 20 s, the next one
+// let through saying how many were suppressed.
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
   // Binds and starts accepting on `io`'s thread. Every accepted connection runs the server
@@ -34,6 +49,9 @@ class Listener : public std::enable_shared_from_this<Listener> {
       asio::io_context& io, const std::string& endpoint, std::string token,
       AuthenticatedHandler on_connection,
       std::chrono::milliseconds handshake_timeout = kDefaultHandshakeTimeout);
+  static std::shared_ptr<Listener> start(asio::io_context& io, const std::string& endpoint,
+                                         std::string token, AuthenticatedHandler on_connection,
+                                         ListenerOptions options);
   ~Listener();
   // The bound endpoint, with the real port.
   const std::string& endpoint() const { return endpoint_; }
@@ -42,8 +60,11 @@ class Listener : public std::enable_shared_from_this<Listener> {
 
  private:
   Listener(asio::io_context& io, std::string token, AuthenticatedHandler on_connection,
-           std::chrono::milliseconds handshake_timeout);
+           ListenerOptions options);
   void accept_next();
+  void on_accepted(Socket socket);
+  void on_accept_error(const asio::error_code& ec);
+  void log(const std::string& line);  // through the rate limit of LST-3
 
   asio::io_context& io_;
   Acceptor acceptor_;
@@ -51,7 +72,12 @@ class Listener : public std::enable_shared_from_this<Listener> {
   std::string unix_path_;
   std::string token_;
   AuthenticatedHandler on_connection_;
-  std::chrono::milliseconds handshake_timeout_;
+  ListenerOptions options_;
+  std::shared_ptr<LogLimiter> log_limiter_;
+  // I/O thread only.
+  size_t pending_ = 0;  // connections in the handshake
+  asio::steady_timer retry_timer_;
+  std::chrono::milliseconds retry_delay_{0};
 };
 
 // Connects to `endpoint` and authenticates. Calls `done` once on the I/O thread with the

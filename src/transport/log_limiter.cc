@@ -1,0 +1,22 @@
+#include "transport/log_limiter.h"
+
+namespace troupe::transport {
+
+bool LogLimiter::allow(size_t* suppressed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto now = Clock::now();
+  if (in_window_ == 0 || now - window_start_ >= window_) {
+    window_start_ = now;
+    in_window_ = 0;
+  }
+  if (in_window_ >= burst_) {
+    ++suppressed_;
+    return false;
+  }
+  ++in_window_;
+  *suppressed = suppressed_;
+  suppressed_ = 0;
+  return true;
+}
+
+}  // namespace troupe::transport
