@@ -45,7 +45,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
   token_ = env::get_or("TROUPE_TOKEN", "");
   if (token_.empty()) {
     token_ = token::generate();
-    token::write_file(session_dir_ + "/token", token_);
+    write_token_file(session_, token_);
   }
   loop_ = std::make_unique<transport::IoLoop>();
   try {

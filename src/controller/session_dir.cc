@@ -154,6 +154,9 @@ SessionPaths create_session(const std::string& requested,
   }
   fs::open_private_dir_at(session.get(), "logs", true, out.dir + "/logs");
   auto owner = process::start_time(::getpid());
+  // A session directory given again by the user: its old owner and socket_dir go.
+  ::unlinkat(session.get(), "owner", 0);
+  ::unlinkat(session.get(), kSocketDirFile, 0);
   write_new_file(session.get(), "owner",
                  std::to_string(::getpid()) + " " + std::to_string(owner.value_or(0)) + "\n",
                  out.dir + "/owner");
@@ -179,6 +182,11 @@ SessionPaths create_session(const std::string& requested,
   }
   if (!base.empty()) prune(base);
   return out;
+}
+
+void write_token_file(const SessionPaths& paths, const std::string& token) {
+  fs::UniqueFd session = fs::open_private_dir(paths.dir, false);
+  write_new_file(session.get(), "token", token + "\n", paths.dir + "/token");
 }
 
 void remove_token_file(const SessionPaths& paths) { ::unlink((paths.dir + "/token").c_str()); }

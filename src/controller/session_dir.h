@@ -30,6 +30,9 @@ constexpr size_t kSessionsKept = 5;
 SessionPaths create_session(const std::string& requested,
                             const std::vector<std::string>& host_names);
 
+// Writes the token file of the session (mode 0600, relative to the session directory, never
+// through a link; it must not exist). Throws Error.
+void write_token_file(const SessionPaths& paths, const std::string& token);
 // Removes the session's token file (clean shutdown). Does nothing when there is none.
 void remove_token_file(const SessionPaths& paths);
 
