@@ -288,6 +288,11 @@ std::vector<std::string> ClusterImpl::stop_workers(
     const std::vector<std::shared_ptr<WorkerState>>& workers, std::chrono::milliseconds grace) {
   std::vector<Future<Value>> stops;
   for (const auto& w : workers) {
+    // A worker whose exit was reported needs no agent (which keeps only its last exits).
+    if (std::string ended = w->exit_status(); !ended.empty()) {
+      stops.push_back(make_ready_future(Value(Map{{"status", ended}})));
+      continue;
+    }
     auto agent = w->agent.lock();
     stops.push_back(
         agent ? agent->call("stop_worker", Map{{"name", w->name()},

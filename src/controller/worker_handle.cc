@@ -34,6 +34,11 @@ bool WorkerState::alive() const {
   return status_ != Status::kDead;
 }
 
+std::string WorkerState::exit_status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return exit_status_;
+}
+
 std::string WorkerState::log_path() const {
   std::lock_guard<std::mutex> lock(mu_);
   return log_path_;

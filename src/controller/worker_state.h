@@ -43,6 +43,8 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   uint64_t start_time() const;
   std::vector<int> gpus() const;
   bool alive() const;
+  // How the process ended as its agent reported it ("exit code 0", ...); empty until then.
+  std::string exit_status() const;
   Future<void> ready() const { return Future<void>(ready_); }
   // Completes with the death message once dead.
   Future<std::string> died() const { return Future<std::string>(died_); }
