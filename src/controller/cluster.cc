@@ -152,7 +152,9 @@ void ClusterImpl::connect_agents() {
             // Workers die with their agent (parent-death signal); on this machine the driver
             // also kills their process groups, so that no child a worker forked survives.
             // Only with proof that the group is still the worker's: `lost` holds no worker
-            // known dead, and signal_group_if_ours checks pid and start time.
+            // known dead, and signal_group_if_ours checks pid and start time. A worker already
+            // reaped by whoever adopted it (init) leaves a group that is no longer provably
+            // ours: its members are left alone.
             bool local = host_records_[i].machine_id == env::machine_id();
             for (const auto& w : lost) {
               if (local && w->pid() > 0 && w->start_time() > 0)
