@@ -421,7 +421,9 @@ class Agent {
     std::string head = unix_path(config_.head_endpoint);
     if (!head.empty() && head.rfind(config_.socket_dir + "/", 0) == 0) {
       auto deadline = Clock::now() + std::chrono::seconds(2);
-      while (!shutdown_requested_ && !fs::stale_unix_socket(head) && Clock::now() < deadline)
+      struct stat st;
+      while (!shutdown_requested_ && ::lstat(head.c_str(), &st) == 0 &&
+             !fs::stale_unix_socket(head) && Clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       if (fs::stale_unix_socket(head)) ::unlink(head.c_str());
     }
