@@ -51,7 +51,11 @@ struct LaunchWrapperRule {
 
 struct ClusterOptions {
   std::vector<HostSpec> hosts = {HostSpec{}};
-  // Logs, sockets and the token file live here. Default: $TMPDIR/troupe-<uid>/session-<time>-<pid>.
+  // Logs, sockets and the token file live here. Default: $TMPDIR/troupe-<uid>/session-<time>-<pid>
+  // (the base is created with mode 0700; one of another user or open to others is refused).
+  // A directory given here is created with mode 0700 when missing; an existing one must belong
+  // to this user and be closed to group and others, or the Cluster constructor throws
+  // Error(kInvalidArgument) saying so.
   std::string session_dir;
   // Copy every worker's stdout and stderr lines to this terminal, prefixed "(name pid=N) ".
   bool log_to_driver = true;

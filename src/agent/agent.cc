@@ -8,13 +8,16 @@
 #include <asio/post.hpp>
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
+#include <deque>
 #include <fstream>
+#include <thread>
 
 #include "agent/gpu_probe.h"
 #include "agent/port_book.h"
 #include "agent/worker_process.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "common/private_dir.h"
 #include "common/proc_stats.h"
 #include "common/token.h"
 #include "transport/listener.h"
@@ -29,6 +32,13 @@ namespace control = wire::control;
 
 constexpr std::chrono::milliseconds kConnectTimeout{10000};
 constexpr std::chrono::milliseconds kShutdownGrace{2000};
+// How many exited workers the agent remembers (for stop_worker and list_workers).
+constexpr size_t kExitsKept = 64;
+
+// The path of a "unix:PATH" endpoint; empty for others.
+std::string unix_path(const std::string& endpoint) {
+  return endpoint.rfind("unix:", 0) == 0 ? endpoint.substr(5) : std::string();
+}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -61,12 +71,18 @@ class Agent {
 
   int run() {
     log::set_role("agent:" + config_.host_name);
-    ::mkdir((config_.session_dir + "/logs").c_str(), 0755);
-    ::mkdir((config_.session_dir + "/sockets").c_str(), 0700);
     auto on_conn = [this](std::shared_ptr<transport::Connection> c) { accept_client(c); };
     try {
+      if (!fs::valid_component(config_.host_name))
+        throw Error(ErrorCode::kInvalidArgument,
+                    "bad host name '" + config_.host_name + "' (it names files)");
+      // The session directory and its logs/ must be this user's alone (see private_dir.h).
+      auto session = fs::open_private_dir(config_.session_dir, true);
+      logs_dir_ =
+          fs::open_private_dir_at(session.get(), "logs", true, config_.session_dir + "/logs");
+      fs::open_private_dir(config_.socket_dir, true);
       unix_listener_ = transport::Listener::start(
-          io_, "unix:" + config_.session_dir + "/sockets/agent-" + config_.host_name + ".sock",
+          io_, "unix:" + config_.socket_dir + "/agent-" + config_.host_name + ".sock",
           config_.token, on_conn);
       tcp_listener_ =
           transport::Listener::start(io_, "tcp:" + config_.address + ":0", config_.token, on_conn);
@@ -87,6 +103,7 @@ class Agent {
       if (auto c = weak.lock()) c->close(Error(ErrorCode::kShutdown, "agent exiting"));
     io_.restart();
     io_.poll();
+    remove_sockets();
     return exit_code_;
   }
 
@@ -166,6 +183,7 @@ class Agent {
         return stop_worker(control::StopWorker::from(r.kwargs), resp);
       if (r.method == "list_workers") return list_workers(resp);
       if (r.method == "shutdown") {
+        shutdown_requested_ = true;
         resp.reply(Value());
         return begin_shutdown(0);
       }
@@ -221,7 +239,12 @@ class Agent {
   void start_worker(const control::StartWorker& request, const transport::Responder& resp) {
     const std::string& name = request.name;
     if (name.empty()) throw Error(ErrorCode::kInvalidArgument, "a worker needs a name");
-    if (auto it = workers_.find(name); it != workers_.end() && !it->second.process->exited())
+    if (!fs::valid_component(name))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "bad worker name '" + name +
+                      "': it names the log file, so it must not be '.', "
+                      "'..' or hold '/' or control characters");
+    if (workers_.count(name))
       throw Error(ErrorCode::kInvalidArgument, "a worker named '" + name + "' is running");
     std::vector<int> gpus = choose_gpus(request);
 
@@ -230,7 +253,9 @@ class Agent {
     launch.executable = request.executable.empty() ? env::self_executable() : request.executable;
     launch.args = request.args;
     launch.wrapper = request.wrapper;
-    launch.log_path = config_.session_dir + "/logs/" + name + ".log";
+    launch.log_dir_fd = logs_dir_.get();
+    launch.log_name = name + ".log";
+    launch.log_path = config_.session_dir + "/logs/" + launch.log_name;
     launch.log_to_terminal = config_.log_to_terminal && request.log_to_terminal;
 
     // The driver sends the whole environment (its own, taken when the worker or its group was
@@ -242,11 +267,12 @@ class Agent {
     vars[worker_env::kRole] = "worker";
     vars[worker_env::kName] = name;
     vars[worker_env::kHostName] = config_.host_name;
-    std::string unix_ep = "unix:" + config_.session_dir + "/sockets/" + config_.host_name + "-w" +
+    std::string unix_ep = "unix:" + config_.socket_dir + "/" + config_.host_name + "-w" +
                           std::to_string(next_socket_++) + ".sock";
     vars[worker_env::kUnixEndpoint] = unix_ep;
     vars[worker_env::kTcpHost] = config_.address;
-    vars["TROUPE_TOKEN"] = config_.token;
+    vars.erase("TROUPE_TOKEN");  // the token goes through a pipe (WorkerLaunch::token)
+    launch.token = config_.token;
     launch.env = env::to_strings(vars);
 
     auto proc = std::make_shared<WorkerProcess>(io_, launch);
@@ -263,7 +289,9 @@ class Agent {
       *answered = true;
       timer->cancel();
       std::string tcp = line->size() > 6 ? line->substr(6) : "";
-      resp.reply(control::StartWorkerReply{proc->pid(), unix_ep, tcp, gpus}.to_value());
+      control::StartWorkerReply reply{proc->pid(), 0, unix_ep, tcp, gpus};
+      reply.start_time = static_cast<int64_t>(proc->start_time());
+      resp.reply(reply.to_value());
     };
     auto on_exit = [this, resp, weak, name, timer, answered](const process::ExitStatus& s) {
       auto proc = weak.lock();
@@ -282,7 +310,7 @@ class Agent {
     };
     ports_.take(request.take_ports);
     proc->start(on_ready, on_exit);  // throws kExecutableNotFound
-    workers_[name] = RunningWorker{proc, gpus, {}, std::nullopt};
+    workers_[name] = RunningWorker{proc, gpus, {}, unix_path(unix_ep)};
     timer->async_wait([this, resp, proc, name, answered, timeout](const asio::error_code& ec) {
       if (ec || *answered) return;
       *answered = true;
@@ -296,12 +324,11 @@ class Agent {
   void stop_worker(const control::StopWorker& request, const transport::Responder& resp) {
     const std::string& name = request.name;
     auto it = workers_.find(name);
-    if (it == workers_.end())
+    if (it == workers_.end()) {
+      for (auto e = exits_.rbegin(); e != exits_.rend(); ++e)
+        if (e->name == name) return resp.reply(control::StopWorkerReply{e->status}.to_value());
       throw Error(ErrorCode::kInvalidArgument,
                   "no worker named '" + name + "' on " + config_.host_name);
-    if (it->second.exit_status) {
-      resp.reply(control::StopWorkerReply{it->second.exit_status->describe()}.to_value());
-      return;
     }
     it->second.stop_waiters.push_back(resp);
     it->second.process->stop(std::chrono::milliseconds(request.grace_ms));
@@ -310,12 +337,10 @@ class Agent {
   // Host memory and the resident memory of each running worker's process group.
   void memory(const transport::Responder& resp) {
     std::vector<pid_t> pgids;
-    for (const auto& [name, w] : workers_)
-      if (!w.process->exited()) pgids.push_back(w.process->pid());
+    for (const auto& [name, w] : workers_) pgids.push_back(w.process->pid());
     auto rss = proc::process_group_rss(pgids);
     control::MemoryReply reply;
-    for (const auto& [name, w] : workers_)
-      if (!w.process->exited()) reply.workers[name] = rss[w.process->pid()];
+    for (const auto& [name, w] : workers_) reply.workers[name] = rss[w.process->pid()];
     auto mem = proc::read_meminfo();
     reply.total_bytes = mem.total_bytes;
     reply.available_bytes = mem.available_bytes;
@@ -328,34 +353,66 @@ class Agent {
       out.push_back(Map{{"name", name},
                         {"pid", static_cast<int64_t>(w.process->pid())},
                         {"alive", !w.process->exited()}});
+    for (const auto& e : exits_)
+      out.push_back(Map{{"name", e.name}, {"pid", static_cast<int64_t>(e.pid)}, {"alive", false}});
     resp.reply(std::move(out));
   }
 
   void worker_exited(const std::string& name, const std::shared_ptr<WorkerProcess>& proc,
                      const process::ExitStatus& s) {
-    // Children the worker left in its process group die with it.
-    process::kill_group(proc->pid(), SIGKILL);
     Value event = exited_event(name, proc->pid(), s, proc->stderr_tail()).to_value();
     for (const auto& weak : clients_)
       if (auto c = weak.lock()) c->send_event(control::WorkerExited::kEvent, event);
     if (head_) head_->send_event(control::WorkerExited::kEvent, event);
     auto it = workers_.find(name);
     if (it != workers_.end() && it->second.process == proc) {
-      it->second.exit_status = s;
       for (const auto& waiter : it->second.stop_waiters)
         waiter.reply(control::StopWorkerReply{s.describe()}.to_value());
-      it->second.stop_waiters.clear();
+      // Forget it: the process object closes its log and pipes once their last reads ran. A
+      // worker killed with SIGKILL could not remove its socket.
+      ::unlink(it->second.socket_path.c_str());
+      workers_.erase(it);
+      exits_.push_back(Exit{name, proc->pid(), s.describe()});
+      if (exits_.size() > kExitsKept) exits_.pop_front();
     }
     maybe_exit();
   }
 
+  // Reaps every exited child. A worker's process group is killed first, while the worker is an
+  // unreaped zombie: its pid, hence its group id, is still ours, and children it left behind in
+  // the group die with it. After the reap the group id may be reused and is never signalled.
   void reap() {
-    int status;
-    pid_t pid;
-    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    for (;;) {
+      siginfo_t info{};
+      if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+      const pid_t pid = info.si_pid;
+      std::shared_ptr<WorkerProcess> proc;
       for (auto& [name, w] : workers_)
-        if (w.process->pid() == pid) w.process->on_reaped(status);
+        if (w.process->pid() == pid) proc = w.process;
+      if (proc) process::kill_group(pid, SIGKILL);
+      int status = 0;
+      if (::waitpid(pid, &status, 0) != pid) return;
+      if (proc) proc->on_reaped(status);  // may erase it from workers_
     }
+  }
+
+  // On exit (every worker's socket is gone by then, and the listener removed the agent's own):
+  // removes the head's socket when nothing listens on it any more (its driver was killed), and
+  // the socket directory once it is empty.
+  // Unless the driver asked for the shutdown (then it removes its own socket), the driver may be
+  // dying still: a parent-death signal comes when the driver's thread that started the agent
+  // ends, maybe before the driver's descriptors are closed. So the check is retried a while.
+  void remove_sockets() {
+    std::string head = unix_path(config_.head_endpoint);
+    if (!head.empty() && head.rfind(config_.socket_dir + "/", 0) == 0) {
+      auto deadline = Clock::now() + std::chrono::seconds(2);
+      struct stat st;
+      while (!shutdown_requested_ && ::lstat(head.c_str(), &st) == 0 &&
+             !fs::stale_unix_socket(head) && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (fs::stale_unix_socket(head)) ::unlink(head.c_str());
+    }
+    ::rmdir(config_.socket_dir.c_str());  // the last one out removes the directory
   }
 
   void begin_shutdown(int code) {
@@ -370,16 +427,20 @@ class Agent {
 
   void maybe_exit() {
     if (!shutting_down_) return;
-    for (const auto& [name, w] : workers_)
-      if (!w.exit_status) return;
-    io_.stop();
+    if (workers_.empty()) io_.stop();
   }
 
   struct RunningWorker {
     std::shared_ptr<WorkerProcess> process;
     std::vector<int> gpus;
     std::vector<transport::Responder> stop_waiters;
-    std::optional<process::ExitStatus> exit_status;
+    std::string socket_path;
+  };
+  // An exited worker, remembered for stop_worker and list_workers.
+  struct Exit {
+    std::string name;
+    pid_t pid;
+    std::string status;
   };
 
   AgentConfig config_;
@@ -388,10 +449,13 @@ class Agent {
   std::shared_ptr<transport::Listener> unix_listener_, tcp_listener_;
   std::shared_ptr<transport::RpcPeer> head_;
   std::set<std::weak_ptr<transport::RpcPeer>, std::owner_less<>> clients_;
-  std::map<std::string, RunningWorker> workers_;
+  std::map<std::string, RunningWorker> workers_;  // running (not reaped) only
+  std::deque<Exit> exits_;                        // the last kExitsKept exits, oldest first
+  fs::UniqueFd logs_dir_;
   PortBook ports_;
   int next_socket_ = 0;
   bool shutting_down_ = false;
+  bool shutdown_requested_ = false;  // by a client (the driver), which is alive then
   int exit_code_ = 0;
 };
 
@@ -410,6 +474,7 @@ AgentConfig config_from_environment() {
   }
   c.head_endpoint = env::get_or(agent_env::kHead, "");
   c.session_dir = env::get_or(agent_env::kSessionDir, "/tmp/troupe");
+  c.socket_dir = env::get_or(agent_env::kSocketDir, c.session_dir + "/sockets");
   c.token = token::from_environment();
   c.log_to_terminal = env::get_or(agent_env::kLogToTerminal, "1") != "0";
   return c;

@@ -4,8 +4,10 @@
 // Requests it serves (on its Unix and TCP listeners, after authentication):
 //   start_worker {name, executable, args, wrapper, env, gpus | num_gpus, log_to_terminal,
 //                 start_timeout_ms}          -> {pid, unix, tcp, gpus}
-//   stop_worker  {name, grace_ms}            -> {status}   (after the process is reaped)
-//   list_workers {}                          -> [{name, pid, alive}]
+//   stop_worker  {name, grace_ms}            -> {status}   (after the process is reaped; for a
+//                                               worker that already exited, how it ended, as
+//                                               long as it is among the last kExitsKept exits)
+//   list_workers {}                          -> [{name, pid, alive}]  (running, then recent exits)
 //   reserve_ports {owner, count, lo, hi}     -> [port]   (see port_book.h)
 //   release_ports {owner}                    -> count
 //   (start_worker also takes take_ports: [port], released to the worker just before it starts)
@@ -14,7 +16,15 @@
 //   worker_exited {name, pid, status, exit_code, signal, stderr_tail}
 //
 // Lifetime: the agent stops all its workers and exits when its connection to the head closes,
-// on SIGTERM/SIGINT/SIGHUP, and on shutdown. Workers die with it (PR_SET_PDEATHSIG).
+// on SIGTERM/SIGINT/SIGHUP, and on shutdown. Workers die with it (PR_SET_PDEATHSIG). On exit it
+// removes its workers' sockets, and the head's socket once nothing listens on it (a driver killed
+// with SIGKILL leaves no socket behind).
+//
+// Resources: the agent forgets a worker once it exited (its log file, pipes and socket are
+// closed and removed); what it keeps of exited workers is bounded (kExitsKept).
+// Signals: a worker's process group is signalled only while the agent has not reaped the worker
+// (its pid and group id cannot be reused until then); children left in the group are killed
+// just before the worker is reaped.
 #pragma once
 
 #include <map>
@@ -32,7 +42,10 @@ struct AgentConfig {
   std::vector<int> gpu_ids;  // declared GPUs, physical indices
   std::map<std::string, std::string> labels;
   std::string head_endpoint;  // unix:... or tcp:...
-  std::string session_dir;    // sockets/ and logs/ live here
+  std::string session_dir;    // logs/ lives here; a directory of this user, mode 0700
+  // The agent's and its workers' Unix sockets; default session_dir/sockets. Short enough for
+  // socket paths (108 bytes) whatever the session directory is.
+  std::string socket_dir;
   std::string token;
   bool log_to_terminal = true;
 };
@@ -52,6 +65,7 @@ constexpr const char* kGpuIds = "TROUPE_AGENT_GPU_IDS";  // comma-separated
 constexpr const char* kLabels = "TROUPE_AGENT_LABELS";   // k=v,k=v
 constexpr const char* kHead = "TROUPE_HEAD";
 constexpr const char* kSessionDir = "TROUPE_SESSION_DIR";
+constexpr const char* kSocketDir = "TROUPE_SOCKET_DIR";
 constexpr const char* kLogToTerminal = "TROUPE_LOG_TO_DRIVER";  // "0" turns it off
 }  // namespace agent_env
 

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <asio/read.hpp>
+#include <cerrno>
+#include <cstring>
 
 #include "common/log.h"
 #include "troupe/error.h"
@@ -26,14 +28,31 @@ WorkerProcess::~WorkerProcess() {
 void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
   on_ready_ = std::move(on_ready);
   on_exit_ = std::move(on_exit);
-  log_fd_ = ::open(launch_.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // Relative to the logs directory and without following a symbolic link: no one can make the
+  // agent create or append to a file of their choosing.
+  log_fd_ = ::openat(launch_.log_dir_fd, launch_.log_name.c_str(),
+                     O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (log_fd_ < 0)
-    TROUPE_LOG(Warning) << "cannot open log file " << launch_.log_path << " for " << launch_.name;
+    throw Error(ErrorCode::kInvalidArgument, "cannot open log file " + launch_.log_path +
+                                                 " for worker '" + launch_.name +
+                                                 "': " + std::strerror(errno));
 
-  int out[2], err[2], ready[2];
+  int out[2], err[2], ready[2], token[2];
   process::make_pipe(out);
   process::make_pipe(err);
   process::make_pipe(ready);
+  process::make_pipe(token);
+  // The token goes through a pipe the worker reads at start-up, never through its environment
+  // (which /proc/PID/environ keeps, and which launch wrappers and children see). It fits in the
+  // pipe's buffer, so the write does not block.
+  std::string token_line = launch_.token + "\n";
+  bool token_written = ::write(token[1], token_line.data(), token_line.size()) ==
+                       static_cast<ssize_t>(token_line.size());
+  ::close(token[1]);
+  if (!token_written) {
+    for (int fd : {out[0], out[1], err[0], err[1], ready[0], ready[1], token[0]}) ::close(fd);
+    throw Error(ErrorCode::kInternal, "cannot pass the token to worker '" + launch_.name + "'");
+  }
   process::SpawnOptions opts;
   if (launch_.wrapper.empty()) {
     opts.executable = launch_.executable;
@@ -46,17 +65,20 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
   }
   opts.env = launch_.env;
   opts.env.push_back("TROUPE_READY_FD=" + std::to_string(ready[1]));
+  opts.env.push_back("TROUPE_TOKEN_FD=" + std::to_string(token[0]));
   opts.stdout_fd = out[1];
   opts.stderr_fd = err[1];
-  opts.inherit_fds = {ready[1]};
+  opts.inherit_fds = {ready[1], token[0]};
   opts.new_process_group = true;
   opts.parent_death_signal = SIGKILL;
   try {
     pid_ = process::spawn(opts);
   } catch (...) {
-    for (int fd : {out[0], out[1], err[0], err[1], ready[0], ready[1]}) ::close(fd);
+    for (int fd : {out[0], out[1], err[0], err[1], ready[0], ready[1], token[0]}) ::close(fd);
     throw;
   }
+  start_time_ = process::start_time(pid_).value_or(0);  // an unreaped child: surely ours
+  ::close(token[0]);
   ::close(out[1]);
   ::close(err[1]);
   ::close(ready[1]);
@@ -185,7 +207,7 @@ void WorkerProcess::stop(std::chrono::milliseconds grace) {
 }
 
 void WorkerProcess::kill_now() {
-  if (pid_ <= 0) return;
+  if (exit_status_ || pid_ <= 0) return;
   process::kill_group(pid_, SIGKILL);
 }
 

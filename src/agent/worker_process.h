@@ -26,8 +26,11 @@ struct WorkerLaunch {
   std::string executable;
   std::vector<std::string> args;
   std::vector<std::string> wrapper;  // command prefix, e.g. {"nsys", "profile", "--"}
-  std::vector<std::string> env;      // whole environment, "KEY=VALUE"
-  std::string log_path;
+  std::vector<std::string> env;      // whole environment, "KEY=VALUE"; never the token
+  std::string token;                 // passed through an inherited pipe (TROUPE_TOKEN_FD)
+  int log_dir_fd = -1;               // the logs directory (not owned)
+  std::string log_name;              // the log file in it, opened with O_NOFOLLOW
+  std::string log_path;              // for messages
   bool log_to_terminal = true;
 };
 
@@ -42,16 +45,20 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   WorkerProcess(asio::io_context& io, WorkerLaunch launch);
   ~WorkerProcess();
 
-  // Spawns the process (own process group, parent-death signal SIGKILL). Throws Error, e.g.
-  // kExecutableNotFound.
+  // Opens the log file and spawns the process (own process group, parent-death signal SIGKILL).
+  // Throws Error: kExecutableNotFound, or kInvalidArgument when the log file cannot be opened
+  // (e.g. a symbolic link in its place).
   void start(ReadyHandler on_ready, ExitHandler on_exit);
   // Records the wait status from the agent's reaper and reports the exit.
   void on_reaped(int wait_status);
-  // SIGTERM to the process group, then SIGKILL after `grace` if it is still there.
+  // SIGTERM to the process group, then SIGKILL after `grace` if it is still there. Both do
+  // nothing once the process was reaped (its pid may belong to another process by then).
   void stop(std::chrono::milliseconds grace);
   void kill_now();
 
   pid_t pid() const { return pid_; }
+  // The start time of the process (process::start_time), read while it was an unreaped child.
+  uint64_t start_time() const { return start_time_; }
   bool exited() const { return exit_status_.has_value(); }
   const WorkerLaunch& launch() const { return launch_; }
   // The last lines of stderr, oldest first.
@@ -73,6 +80,7 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   asio::io_context& io_;
   WorkerLaunch launch_;
   pid_t pid_ = -1;
+  uint64_t start_time_ = 0;
   int log_fd_ = -1;
   Stream out_, err_;
   std::unique_ptr<asio::posix::stream_descriptor> ready_pipe_;

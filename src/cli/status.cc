@@ -9,6 +9,7 @@
 
 #include "common/env.h"
 #include "common/token.h"
+#include "controller/session_dir.h"
 #include "transport/io_loop.h"
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
@@ -25,7 +26,7 @@ std::string newest_session() {
   std::string best;
   fs::file_time_type best_time;
   for (const auto& e : fs::directory_iterator(base, ec)) {
-    if (!fs::exists(e.path() / "head.sock", ec)) continue;
+    if (!fs::exists(internal::socket_dir_of(e.path().string()) + "/head.sock", ec)) continue;
     auto t = fs::last_write_time(e.path(), ec);
     if (best.empty() || t > best_time) {
       best = e.path().string();
@@ -89,7 +90,8 @@ int run_status(std::string session) {
     transport::IoLoop loop;
     std::promise<std::shared_ptr<transport::RpcPeer>> connected;
     transport::async_connect(
-        loop.context(), "unix:" + session + "/head.sock", token, std::chrono::seconds(5),
+        loop.context(), "unix:" + internal::socket_dir_of(session) + "/head.sock", token,
+        std::chrono::seconds(5),
         [&connected](std::shared_ptr<transport::Connection> c, const Error* error) {
           if (error) {
             connected.set_exception(std::make_exception_ptr(*error));

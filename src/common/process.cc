@@ -1,14 +1,18 @@
 #include "common/process.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include "troupe/error.h"
 
@@ -115,6 +119,90 @@ ExitStatus decode_wait_status(int status) {
 
 void kill_group(pid_t pgid, int sig) {
   if (pgid > 0) ::kill(-pgid, sig);
+}
+
+namespace {
+
+struct StatFields {
+  pid_t pgrp = 0;
+  uint64_t start = 0;
+};
+
+// pgrp (field 5) and starttime (field 22) of /proc/PID/stat.
+std::optional<StatFields> read_stat(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!f || !std::getline(f, line)) return std::nullopt;
+  auto paren = line.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return std::nullopt;
+  std::istringstream in(line.substr(paren + 1));
+  std::string field;
+  StatFields out;
+  // Fields from 3 (state) on.
+  for (int i = 3; i <= 22 && in >> field; ++i) {
+    if (i == 5) out.pgrp = static_cast<pid_t>(std::stol(field));
+    if (i == 22) {
+      out.start = std::stoull(field);
+      return out;
+    }
+  }
+  return std::nullopt;
+}
+
+int pidfd_open(pid_t pid) { return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)); }
+
+bool pidfd_signal(int fd, int sig) {
+  return ::syscall(SYS_pidfd_send_signal, fd, sig, nullptr, 0) == 0;
+}
+
+// Pids of the processes whose group is `pgid`, from /proc.
+std::vector<pid_t> group_members(pid_t pgid) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    auto s = read_stat(static_cast<pid_t>(pid));
+    if (s && s->pgrp == pgid) out.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace
+
+std::optional<uint64_t> start_time(pid_t pid) {
+  if (pid <= 0) return std::nullopt;
+  auto s = read_stat(pid);
+  if (!s) return std::nullopt;
+  return s->start;
+}
+
+int signal_group_if_ours(pid_t leader, uint64_t leader_start, int sig) {
+  if (leader <= 0) return 0;
+  // 1. Pin every current member (the leader among them) with a pidfd, then check that the pid
+  //    behind each pidfd is still in the group: a pidfd opened on a process that died before the
+  //    check refers to that dead process, and signalling it does nothing.
+  std::vector<int> pinned;
+  for (pid_t pid : group_members(leader)) {
+    int fd = pidfd_open(pid);
+    if (fd < 0) continue;
+    auto s = read_stat(pid);
+    if (s && s->pgrp == leader)
+      pinned.push_back(fd);
+    else
+      ::close(fd);
+  }
+  // 2. The leader, with its start time, still holds its pid: the group id was not free at any
+  //    time since the leader started, so every member seen in step 1 was in our group.
+  auto s = read_stat(leader);
+  int signalled = 0;
+  if (s && s->start == leader_start)
+    for (int fd : pinned) signalled += pidfd_signal(fd, sig) ? 1 : 0;
+  for (int fd : pinned) ::close(fd);
+  return signalled;
 }
 
 bool alive(pid_t pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }

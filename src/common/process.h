@@ -3,6 +3,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,8 +36,24 @@ struct ExitStatus {
 };
 ExitStatus decode_wait_status(int status);
 
-// Sends `sig` to the process group `pgid`; ignores a group that is already gone.
+// Sends `sig` to the process group `pgid`; ignores a group that is already gone. Only for the
+// group of a child of this process that it has not reaped yet: while the leader is an unreaped
+// child (alive or a zombie) its pid, hence the group id, cannot be reused, so the group is ours.
+// Anywhere else use signal_group_if_ours.
 void kill_group(pid_t pgid, int sig);
+
+// The start time of `pid` (field 22 of /proc/PID/stat, clock ticks since boot); nullopt when no
+// such process exists (a zombie still has one). A pid and its start time name one process for
+// good: a later process that reuses the pid starts later.
+std::optional<uint64_t> start_time(pid_t pid);
+
+// Sends `sig` to every process of the group led by `leader`, but only with proof that the group
+// is still the one `leader` created: the leader, with exactly `leader_start` as its start time,
+// must still exist (alive or a zombie, so that its pid and the group id are not free for reuse)
+// after each member was pinned with a pidfd. Members are signalled through their pidfds, so a
+// process that took a member's pid in the meantime is never hit. Returns how many processes
+// were signalled; 0 when the leader is gone (its group is no longer provably ours) or reused.
+int signal_group_if_ours(pid_t leader, uint64_t leader_start, int sig);
 // True while `pid` exists (as a process or zombie).
 bool alive(pid_t pid);
 // Creates a pipe whose both ends are close-on-exec. Throws on failure.

@@ -41,7 +41,7 @@ std::string generate() {
 }
 
 void write_file(const std::string& path, const std::string& token) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0)
     throw Error(ErrorCode::kInternal,
                 "cannot create token file " + path + ": " + std::strerror(errno));
@@ -53,7 +53,7 @@ void write_file(const std::string& path, const std::string& token) {
 }
 
 std::string read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0)
     throw Error(ErrorCode::kUnauthenticated,
                 "cannot read token file " + path + ": " + std::strerror(errno));
@@ -72,8 +72,31 @@ std::string read_file(const std::string& path) {
   return t;
 }
 
+std::string read_fd(int fd) {
+  std::string t;
+  char buf[512];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    t.append(buf, static_cast<size_t>(n));
+    if (t.find('\n') != std::string::npos || t.size() > 4096) break;
+  }
+  ::close(fd);
+  if (auto nl = t.find('\n'); nl != std::string::npos) t.resize(nl);
+  if (t.empty())
+    throw Error(ErrorCode::kUnauthenticated,
+                "no token on descriptor " + std::to_string(fd) + " (TROUPE_TOKEN_FD)");
+  return t;
+}
+
 std::string from_environment() {
   if (const char* t = std::getenv("TROUPE_TOKEN"); t && *t) return t;
+  if (const char* f = std::getenv("TROUPE_TOKEN_FD"); f && *f) {
+    int fd = std::atoi(f);
+    ::unsetenv("TROUPE_TOKEN_FD");
+    return read_fd(fd);
+  }
   if (const char* f = std::getenv("TROUPE_TOKEN_FILE"); f && *f) return read_file(f);
   return {};
 }

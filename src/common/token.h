@@ -11,12 +11,18 @@ namespace troupe::token {
 std::string generate();
 // `n` random bytes.
 std::string random_bytes(size_t n);
-// Writes `token` to `path`, created with mode 0600 (fails if the file exists). Throws Error.
+// Writes `token` to `path`, created with mode 0600 (fails if the file exists or is a symbolic
+// link). Throws Error.
 void write_file(const std::string& path, const std::string& token);
-// Reads a token file; refuses a file readable by group or others. Throws Error.
+// Reads a token file (not through a symbolic link); refuses a file readable by group or others.
+// Throws Error.
 std::string read_file(const std::string& path);
-// The token this process was given: TROUPE_TOKEN, else the file named by TROUPE_TOKEN_FILE.
-// Empty when neither is set.
+// Reads a token from the descriptor `fd` (a pipe written by the parent) up to a newline or
+// end of file, then closes `fd`. Throws Error(kUnauthenticated) when nothing can be read.
+std::string read_fd(int fd);
+// The token this process was given: TROUPE_TOKEN, else the descriptor named by TROUPE_TOKEN_FD
+// (read once, closed, and the variable removed), else the file named by TROUPE_TOKEN_FILE.
+// Empty when none is set.
 std::string from_environment();
 // HMAC-SHA256 of `message` under `key` (32 raw bytes).
 std::string hmac_sha256(std::string_view key, std::string_view message);

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -29,18 +28,7 @@ namespace {
 
 constexpr std::chrono::milliseconds kConnectTimeout{10000};
 constexpr std::chrono::milliseconds kStopGrace{3000};
-
-std::string default_session_dir() {
-  std::string base = env::get_or("TMPDIR", "/tmp");
-  base += "/troupe-" + std::to_string(::getuid());
-  ::mkdir(base.c_str(), 0700);
-  char stamp[32];
-  std::time_t now = std::time(nullptr);
-  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", std::localtime(&now));
-  static int counter = 0;
-  return base + "/session-" + stamp + "-" + std::to_string(::getpid()) + "-" +
-         std::to_string(counter++);
-}
+constexpr size_t kDeadKept = 32;
 
 std::string join_ints(const std::vector<int>& v) {
   std::string out;
@@ -61,12 +49,12 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
   token_ = env::get_or("TROUPE_TOKEN", "");
   if (token_.empty()) {
     token_ = token::generate();
-    token::write_file(session_dir_ + "/token", token_);
+    write_token_file(session_, token_);
   }
   loop_ = std::make_unique<transport::IoLoop>();
   try {
-    head_ = std::make_unique<head::Head>(loop_->context(), "unix:" + session_dir_ + "/head.sock",
-                                         token_);
+    head_ = std::make_unique<head::Head>(loop_->context(),
+                                         "unix:" + session_.socket_dir + "/head.sock", token_);
     start_agents();
     connect_agents();
     head_->set_status_provider([this] { return status(); });
@@ -79,14 +67,13 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
 ClusterImpl::~ClusterImpl() { shutdown(); }
 
 void ClusterImpl::make_session_dir() {
-  session_dir_ = options_.session_dir.empty() ? default_session_dir() : options_.session_dir;
-  std::error_code ec;
-  std::filesystem::create_directories(session_dir_ + "/logs", ec);
-  std::filesystem::create_directories(session_dir_ + "/sockets", ec);
-  if (ec)
-    throw Error(ErrorCode::kInvalidArgument,
-                "cannot create session directory " + session_dir_ + ": " + ec.message());
-  ::chmod(session_dir_.c_str(), 0700);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < options_.hosts.size(); ++i) {
+    if (options_.hosts[i].name.empty()) options_.hosts[i].name = "host-" + std::to_string(i);
+    names.push_back(options_.hosts[i].name);
+  }
+  session_ = create_session(options_.session_dir, names);
+  session_dir_ = session_.dir;
 }
 
 void ClusterImpl::start_agents() {
@@ -110,6 +97,7 @@ void ClusterImpl::start_agents() {
     vars[agent::agent_env::kLabels] = labels;
     vars[agent::agent_env::kHead] = head_->endpoint();
     vars[agent::agent_env::kSessionDir] = session_dir_;
+    vars[agent::agent_env::kSocketDir] = session_.socket_dir;
     vars[agent::agent_env::kLogToTerminal] = options_.log_to_driver ? "1" : "0";
     vars.erase("TROUPE_TOKEN");
     if (env::get("TROUPE_TOKEN"))
@@ -167,9 +155,14 @@ void ClusterImpl::connect_agents() {
             }
             // Workers die with their agent (parent-death signal); on this machine the driver
             // also kills their process groups, so that no child a worker forked survives.
+            // Only with proof that the group is still the worker's: `lost` holds no worker
+            // known dead, and signal_group_if_ours checks pid and start time. A worker already
+            // reaped by whoever adopted it (init) leaves a group that is no longer provably
+            // ours: its members are left alone.
             bool local = host_records_[i].machine_id == env::machine_id();
             for (const auto& w : lost) {
-              if (local && w->pid() > 0) process::kill_group(w->pid(), SIGKILL);
+              if (local && w->pid() > 0 && w->start_time() > 0)
+                process::signal_group_if_ours(w->pid(), w->start_time(), SIGKILL);
               w->mark_dead(w->death_error("its agent on " + agents_[i].host_name + " is gone (" +
                                           reason.message() + ")"));
             }
@@ -228,6 +221,10 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     worker->agent = agents_[options.host].peer;
     worker->group = options.group;
     worker->rank = options.rank;
+    std::weak_ptr<WorkerState> weak = worker;
+    worker->on_dead = [this, weak] {
+      if (auto w = weak.lock()) forget(w);
+    };
     workers_[options.name] = worker;
   }
   launch(worker, options);
@@ -291,7 +288,8 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
               Error(e.code(), "cannot start " + worker->describe() + ": " + e.message()));
           return;
         }
-        worker->on_started(static_cast<pid_t>(started.pid), started.gpus, log_path);
+        worker->on_started(static_cast<pid_t>(started.pid),
+                           static_cast<uint64_t>(started.start_time), started.gpus, log_path);
         std::string endpoint = started.unix_endpoint;
         transport::async_connect(
             io, endpoint, token, kConnectTimeout,
@@ -310,6 +308,11 @@ std::vector<std::string> ClusterImpl::stop_workers(
     const std::vector<std::shared_ptr<WorkerState>>& workers, std::chrono::milliseconds grace) {
   std::vector<Future<Value>> stops;
   for (const auto& w : workers) {
+    // A worker whose exit was reported needs no agent (which keeps only its last exits).
+    if (std::string ended = w->exit_status(); !ended.empty()) {
+      stops.push_back(make_ready_future(Value(Map{{"status", ended}})));
+      continue;
+    }
     auto agent = w->agent.lock();
     stops.push_back(agent ? agent->call(control::StopWorker::kMethod,
                                         control::StopWorker{w->name(), grace.count()}.to_map())
@@ -332,6 +335,19 @@ std::vector<std::string> ClusterImpl::stop_workers(
     out.push_back(status);
   }
   return out;
+}
+
+void ClusterImpl::forget(const std::shared_ptr<WorkerState>& w) {
+  Value entry = Map{{"name", w->name()},      {"group", w->group},
+                    {"rank", w->rank},        {"class", w->class_name()},
+                    {"host", w->host_name()}, {"pid", static_cast<int64_t>(w->pid())},
+                    {"alive", false}};
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = workers_.find(w->name());
+  if (it == workers_.end() || it->second != w) return;
+  workers_.erase(it);
+  dead_.push_back(std::move(entry));
+  if (dead_.size() > kDeadKept) dead_.pop_front();
 }
 
 void ClusterImpl::register_group(const std::string& name) {
@@ -396,8 +412,8 @@ Value ClusterImpl::status() const {
       }
     hosts.push_back(std::move(host));
   }
-  Array workers;
   std::lock_guard<std::mutex> lock(mu_);
+  Array workers(dead_.begin(), dead_.end());
   for (const auto& [name, w] : workers_)
     workers.push_back(Map{{"name", name},
                           {"group", w->group},
@@ -475,9 +491,11 @@ void ClusterImpl::shutdown() {
   loop_->run_sync([] {});
   loop_->stop();
   head_.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(session_dir_ + "/sockets", ec);
-  std::filesystem::remove(session_dir_ + "/head.sock", ec);
+  if (!session_.dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(session_.socket_dir, ec);
+    remove_token_file(session_);
+  }
 }
 
 }  // namespace internal

@@ -3,10 +3,16 @@
 // Threads: public functions are thread-safe. Network callbacks run on the I/O thread of
 // `loop_`; agent processes are spawned from that thread too, so their parent-death signal is
 // tied to a thread that lives as long as the cluster.
+//
+// Resources: the cluster forgets a worker as soon as it is dead (only a bounded summary of the
+// last kDeadKept stays, for status), so start/stop cycles do not grow the driver.
+// Signals: the driver signals its agents only while they are unreaped children, and a worker's
+// process group (when its agent is lost) only through process::signal_group_if_ours.
 #pragma once
 
 #include <sys/types.h>
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -14,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/session_dir.h"
 #include "controller/worker_state.h"
 #include "head/head.h"
 #include "transport/io_loop.h"
@@ -68,7 +75,10 @@ class ClusterImpl {
   void launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options);
   void wait_agents_exit(std::chrono::milliseconds timeout);
 
+  void forget(const std::shared_ptr<WorkerState>& worker);
+
   ClusterOptions options_;
+  SessionPaths session_;
   std::string session_dir_;
   std::string token_;
   std::unique_ptr<transport::IoLoop> loop_;
@@ -77,7 +87,8 @@ class ClusterImpl {
   std::vector<head::HostRecord> host_records_;  // by host index
 
   mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<WorkerState>> workers_;
+  std::map<std::string, std::shared_ptr<WorkerState>> workers_;  // not dead yet
+  std::deque<Value> dead_;  // status entries of the last kDeadKept dead workers, oldest first
   std::map<std::string, size_t> name_counters_;
   std::set<std::string> groups_;
   bool shut_down_ = false;

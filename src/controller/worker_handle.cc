@@ -19,6 +19,11 @@ pid_t WorkerState::pid() const {
   return pid_;
 }
 
+uint64_t WorkerState::start_time() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return start_time_;
+}
+
 std::vector<int> WorkerState::gpus() const {
   std::lock_guard<std::mutex> lock(mu_);
   return gpus_;
@@ -27,6 +32,11 @@ std::vector<int> WorkerState::gpus() const {
 bool WorkerState::alive() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_ != Status::kDead;
+}
+
+std::string WorkerState::exit_status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return exit_status_;
 }
 
 std::string WorkerState::log_path() const {
@@ -93,9 +103,11 @@ Future<Value> WorkerState::submit(QueuedCall call) {
   return peer->call(call.method, call.kwargs, std::move(context), std::move(call.on_item));
 }
 
-void WorkerState::on_started(pid_t pid, std::vector<int> gpus, std::string log_path) {
+void WorkerState::on_started(pid_t pid, uint64_t start_time, std::vector<int> gpus,
+                             std::string log_path) {
   std::lock_guard<std::mutex> lock(mu_);
   pid_ = pid;
+  start_time_ = start_time;
   gpus_ = std::move(gpus);
   log_path_ = std::move(log_path);
 }
@@ -176,7 +188,7 @@ void WorkerState::mark_dead(const Error& error) {
     death_ = error;
     queued.swap(queued_);
     orphans.swap(orphans_);
-    peer = peer_;
+    peer.swap(peer_);
     if (report_timer_) report_timer_->cancel();
   }
   ready_->set_error(error);
@@ -184,6 +196,7 @@ void WorkerState::mark_dead(const Error& error) {
   for (auto& q : queued) q.state->set_error(error);
   for (auto& o : orphans) o->set_error(error);
   if (peer) peer->close(error);
+  if (on_dead) on_dead();
 }
 
 void WorkerState::on_exit_report(const std::string& status,

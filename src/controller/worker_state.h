@@ -15,6 +15,7 @@
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -38,8 +39,12 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   size_t host() const { return host_; }
   const std::string& host_name() const { return host_name_; }
   pid_t pid() const;
+  // The process's start time as its agent read it (process::start_time); 0 until started.
+  uint64_t start_time() const;
   std::vector<int> gpus() const;
   bool alive() const;
+  // How the process ended as its agent reported it ("exit code 0", ...); empty until then.
+  std::string exit_status() const;
   Future<void> ready() const { return Future<void>(ready_); }
   // Completes with the death message once dead.
   Future<std::string> died() const { return Future<std::string>(died_); }
@@ -55,13 +60,15 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
                              transport::RpcPeer::StreamHandler on_item = nullptr);
 
   // The agent started the process (I/O thread).
-  void on_started(pid_t pid, std::vector<int> gpus, std::string log_path);
+  void on_started(pid_t pid, uint64_t start_time, std::vector<int> gpus, std::string log_path);
   // Connected and authenticated: sends __init__ then the queued calls (I/O thread).
   void on_connected(std::shared_ptr<transport::RpcPeer> peer, const Kwargs& ctor_args);
   // The connection closed with calls pending (I/O thread): waits for the exit report.
   void on_connection_lost(std::vector<std::shared_ptr<detail::FutureState>> pending,
                           const Error& reason);
-  // The worker is gone; `error` is what pending and later calls fail with. First one wins.
+  // The worker is gone; `error` is what pending and later calls fail with. First one wins; it
+  // closes the connection and drops it (the state keeps no buffer of a dead worker), then calls
+  // on_dead.
   void mark_dead(const Error& error);
   // The agent reported the exit: adds the status and stderr tail to the death error.
   void on_exit_report(const std::string& status, const std::vector<std::string>& stderr_tail);
@@ -76,6 +83,9 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   std::weak_ptr<transport::RpcPeer> agent;
   std::string group;
   int rank = -1;
+  // Set once at creation: called once, on whichever thread marks the worker dead, with no lock
+  // of the state held (the cluster forgets the worker there).
+  std::function<void()> on_dead;
 
  private:
   struct QueuedCall {
@@ -97,6 +107,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   std::unique_ptr<asio::steady_timer> report_timer_;
   std::vector<std::shared_ptr<detail::FutureState>> orphans_;  // calls waiting while dying
   pid_t pid_ = 0;
+  uint64_t start_time_ = 0;
   std::vector<int> gpus_;
   std::string log_path_;
   std::shared_ptr<transport::RpcPeer> peer_;

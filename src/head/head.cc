@@ -20,14 +20,15 @@ void Head::set_status_provider(std::function<Value()> provider) {
 
 void Head::close() {
   listener_->close();
-  std::vector<std::thread> threads;
+  std::thread status_thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
     status_provider_ = nullptr;
-    threads.swap(status_threads_);
+    closing_ = true;
+    status_thread.swap(status_thread_);
   }
-  for (auto& t : threads)
-    if (t.joinable()) t.join();
+  cv_.notify_all();
+  if (status_thread.joinable()) status_thread.join();
   std::vector<std::shared_ptr<transport::RpcPeer>> agents;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -47,13 +48,9 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
         resp.fail(Error(ErrorCode::kUnknownMethod, "this head has no status"));
         return;
       }
-      status_threads_.emplace_back([provider = status_provider_, resp] {
-        try {
-          resp.reply(provider());
-        } catch (const Error& e) {
-          resp.fail(e);
-        }
-      });
+      status_queue_.push_back(resp);
+      if (!status_thread_.joinable()) status_thread_ = std::thread([this] { serve_status(); });
+      cv_.notify_all();
       return;
     }
     if (r.method != wire::control::RegisterAgent::kMethod) {
@@ -109,9 +106,39 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
     TROUPE_LOG(Info) << "host " << rec.host_name << " left: " << reason.message();
     if (callback) callback(rec);
   };
+  // The connection forgets itself when it closes, so that clients that come and go (each
+  // `troupe status`) leave nothing behind.
+  auto self = std::make_shared<std::weak_ptr<transport::RpcPeer>>();
+  h.on_close = [this, index, self, lost = std::move(h.on_close)](const Error& reason) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto peer = self->lock()) std::erase(agents_, peer);
+    }
+    lost(reason);
+  };
   auto peer = transport::RpcPeer::attach(connection, wire::FrameLimits{}, std::move(h));
+  *self = peer;
   std::lock_guard<std::mutex> lock(mu_);
-  agents_.push_back(peer);
+  if (!peer->closed()) agents_.push_back(peer);
+}
+
+void Head::serve_status() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [this] { return closing_ || !status_queue_.empty(); });
+    if (status_queue_.empty()) return;  // closing
+    transport::Responder resp = std::move(status_queue_.front());
+    status_queue_.pop_front();
+    auto provider = status_provider_;
+    lock.unlock();
+    try {
+      if (!provider) throw Error(ErrorCode::kShutdown, "the head is closing");
+      resp.reply(provider());
+    } catch (const Error& e) {
+      resp.fail(e);
+    }
+    lock.lock();
+  }
 }
 
 void Head::wait_for_hosts(size_t count, Clock::time_point deadline,

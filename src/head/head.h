@@ -10,6 +10,7 @@
 
 #include <asio/io_context.hpp>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,8 +61,9 @@ class Head {
   bool release(const std::string& group_id);
   // Free resources of every host, one line each.
   std::vector<std::string> describe_free() const;
-  // Serves "status" requests (from `troupe status`) with what `provider` returns; it runs on a
-  // thread of its own, never on the I/O thread, so it may block.
+  // Serves "status" requests (from `troupe status`) with what `provider` returns; it runs on one
+  // thread of the head's, never on the I/O thread, so it may block. Requests are served one at a
+  // time, in order; the thread is started at the first request and joined by close().
   void set_status_provider(std::function<Value()> provider);
   // Called (on the I/O thread) when an agent's connection closes.
   void set_on_host_lost(std::function<void(const HostRecord&)> callback);
@@ -69,6 +71,7 @@ class Head {
 
  private:
   void on_connection(std::shared_ptr<transport::Connection> connection);
+  void serve_status();
 
   std::string token_;
   std::shared_ptr<transport::Listener> listener_;
@@ -76,10 +79,13 @@ class Head {
   std::condition_variable cv_;
   std::vector<HostRecord> hosts_;
   std::unique_ptr<ResourceBook> book_;  // created at the first reservation
+  // Every open connection (agents and clients such as `troupe status`); removed when it closes.
   std::vector<std::shared_ptr<transport::RpcPeer>> agents_;
   std::function<void(const HostRecord&)> on_host_lost_;
   std::function<Value()> status_provider_;
-  std::vector<std::thread> status_threads_;  // joined by close()
+  std::deque<transport::Responder> status_queue_;
+  std::thread status_thread_;  // serves status_queue_; joined by close()
+  bool closing_ = false;
 };
 
 }  // namespace troupe::head

@@ -48,6 +48,7 @@ StartWorker StartWorker::from(const Value& kwargs) {
 
 Value StartWorkerReply::to_value() const {
   return Map{{"pid", pid},
+             {"start_time", start_time},
              {"unix", unix_endpoint},
              {"tcp", tcp_endpoint},
              {"gpus", troupe::to_value(gpus)}};
@@ -57,6 +58,7 @@ StartWorkerReply StartWorkerReply::from(const Value& value) {
   FieldReader f("start_worker reply", value);
   StartWorkerReply m;
   m.pid = f.required<int64_t>("pid");
+  m.start_time = f.optional<int64_t>("start_time", 0);
   m.unix_endpoint = f.required<std::string>("unix");
   m.tcp_endpoint = f.optional<std::string>("tcp", "");
   m.gpus = f.optional<std::vector<int>>("gpus", {});

@@ -74,6 +74,7 @@ struct StartWorker {
 
 struct StartWorkerReply {
   int64_t pid = 0;
+  int64_t start_time = 0;  // the process's start time (clock ticks since boot, /proc), 0: unknown
   std::string unix_endpoint;
   std::string tcp_endpoint;
   std::vector<int> gpus;

@@ -81,7 +81,7 @@ TEST(ControlMessages, AgentRequestsRoundTrip) {
 }
 
 TEST(ControlMessages, RepliesAndEventsRoundTrip) {
-  StartWorkerReply started{4242, "unix:/s/w0.sock", "tcp:127.0.0.2:5000", {0}};
+  StartWorkerReply started{4242, 123456, "unix:/s/w0.sock", "tcp:127.0.0.2:5000", {0}};
   EXPECT_EQ(StartWorkerReply::from(through_response(started.to_value())), started);
   EXPECT_EQ(StopWorkerReply::from(through_response(StopWorkerReply{"exit code 0"}.to_value())),
             StopWorkerReply{"exit code 0"});

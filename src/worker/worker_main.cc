@@ -168,7 +168,7 @@ int run_worker_main() {
   }
   ::unsetenv("TROUPE_TOKEN");
   if (token.empty()) {
-    TROUPE_LOG(Error) << "no cluster token (TROUPE_TOKEN or TROUPE_TOKEN_FILE)";
+    TROUPE_LOG(Error) << "no cluster token (TROUPE_TOKEN_FD, TROUPE_TOKEN or TROUPE_TOKEN_FILE)";
     return 2;
   }
   asio::io_context io(1);

@@ -241,7 +241,11 @@ TEST(DriverDeath, AgentsReapTheWorkersOfAKilledDriver) {
   ASSERT_EQ(::kill(demo, SIGKILL), 0);
   ASSERT_EQ(::waitpid(demo, nullptr, 0), demo);
   EXPECT_TRUE(procs.all_gone(10s)) << "status before the kill:\n" << status;
+  // Issue 8.4: the agents removed every socket, the dead driver's head socket included.
   std::error_code ec;
+  EXPECT_FALSE(std::filesystem::exists(session + "/head.sock"));
+  for (const auto& e : std::filesystem::recursive_directory_iterator(session, ec))
+    EXPECT_FALSE(e.is_socket()) << e.path() << " is left";
   std::filesystem::remove_all(session, ec);
 }
 
