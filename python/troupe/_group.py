@@ -4,6 +4,7 @@ import importlib
 
 from troupe import _core
 from troupe._cluster import Worker, _encode_args, class_name_of
+from troupe._errors import InvalidArgumentError
 from troupe._futures import Future, MultiWorkerFuture, Stream
 
 
@@ -85,6 +86,7 @@ class WorkerGroup:
                  show_progress=False, start_timeout=120.0):
         b = remote_worker_builder
         b._register()
+        self._cpp_class = None if "." in b.class_name else b.class_name
         self.cluster = cluster
         self.sharding_annotations = sharding_annotations
         tied = None
@@ -97,6 +99,13 @@ class WorkerGroup:
             {str(k): str(v) for k, v in (env_vars or {}).items()},
             list(dp_leader_worker_indices) if dp_leader_worker_indices is not None else None,
             dp_leaders_from_axis, max_restarts, show_progress, float(start_timeout), b.num_cpus)
+
+    def _args(self, method, args, kwargs):
+        if args and self._cpp_class:
+            raise InvalidArgumentError(
+                f"method '{method}': C++ worker class {self._cpp_class} takes keyword arguments "
+                f"only ({len(args)} positional given)")
+        return _encode_args(args, kwargs)
 
     @property
     def workers(self):
@@ -126,14 +135,14 @@ class WorkerGroup:
     def run_single_worker_single_data(self, method_name, worker_idx, *args, **kwargs):
         """Calls `method_name` on worker `worker_idx`; returns a Future."""
         return Future(self._g.run_single_worker_single_data(
-            method_name, worker_idx, _encode_args(args, kwargs)))
+            method_name, worker_idx, self._args(method_name, args, kwargs)))
 
     def run_all_workers_multiple_data(self, method_name, *args, run_rank_0_only_axes=None,
                                       common_kwargs=None, **kwargs):
         """Calls every worker (only index 0 of each run_rank_0_only axis) with its own data:
         every positional or keyword data argument is a list with one element per called worker,
         in worker order; common_kwargs go to all of them. Returns a MultiWorkerFuture."""
-        data = _encode_args([_as_lists(a, 1) for a in args],
+        data = self._args(method_name, [_as_lists(a, 1) for a in args],
                             {k: _as_lists(v, 1) for k, v in kwargs.items()})
         return MultiWorkerFuture(self._g.run_all_workers_multiple_data(
             method_name, data, list(run_rank_0_only_axes or []), dict(common_kwargs or {})))
@@ -144,7 +153,7 @@ class WorkerGroup:
         arguments, encoded once (large buffers are sent as attachments, never copied per
         worker). Returns a MultiWorkerFuture."""
         return MultiWorkerFuture(self._g.run_all_workers_single_data(
-            method_name, _encode_args(args, kwargs), list(run_rank_0_only_axes or [])))
+            method_name, self._args(method_name, args, kwargs), list(run_rank_0_only_axes or [])))
 
     def run_all_workers_single_data_stream(self, method_name, *args, run_rank_0_only_axes=None,
                                            **kwargs):
@@ -164,7 +173,7 @@ class WorkerGroup:
         returned from. common_kwargs go unchanged to every called worker. Every argument is
         checked before any worker is called. Returns a MultiWorkerFuture."""
         depth = len(in_sharded_axes or [])
-        data = _encode_args([_as_lists(a, depth) for a in args],
+        data = self._args(method_name, [_as_lists(a, depth) for a in args],
                             {k: _as_lists(v, depth) for k, v in kwargs.items()})
         return MultiWorkerFuture(self._g.run_all_workers_sharded_data(
             method_name, data, list(in_sharded_axes or []), list(replicate_on_axes or []),

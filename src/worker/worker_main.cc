@@ -47,6 +47,10 @@ class WorkerServer {
     const std::string& m = request.method;
     if (!m.empty() && m[0] == '_' && m.rfind("__", 0) == 0)
       return handle_internal(request, responder);
+    if (constructing_) {  // calls sent right behind __init__ wait for the constructor
+      waiting_.emplace_back(std::move(request), responder);
+      return;
+    }
     if (!object_) {
       responder.fail(
           Error(init_error_ ? init_error_->code() : ErrorCode::kConstructorFailed,
@@ -183,12 +187,17 @@ class WorkerServer {
     constructing_ = false;
     if (error) {
       init_error_ = std::move(error);
-      return responder.fail(*init_error_);
+      responder.fail(*init_error_);
+    } else {
+      object_ = std::move(object);
+      class_ = info;
+      log::set_role("worker:" + name_ + " (" + info->name + ")");
+      responder.reply(Value());
     }
-    object_ = std::move(object);
-    class_ = info;
-    log::set_role("worker:" + name_ + " (" + info->name + ")");
-    responder.reply(Value());
+    auto waiting = std::move(waiting_);
+    waiting_.clear();
+    for (auto& [request, waiting_responder] : waiting)
+      handle(std::move(request), waiting_responder);
   }
 
   asio::io_context& io_;
@@ -197,6 +206,8 @@ class WorkerServer {
   std::shared_ptr<void> object_;
   std::optional<Error> init_error_;
   bool constructing_ = false;
+  // Calls that arrived while the constructor ran on the class's executor, in arrival order.
+  std::vector<std::pair<wire::Request, transport::Responder>> waiting_;
 };
 
 }  // namespace
