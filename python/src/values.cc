@@ -64,8 +64,11 @@ Value pickled(const pyb::handle& obj, const std::string& what) {
                       static_cast<size_t>(PyBytes_GET_SIZE(data.ptr())))}});
 }
 
+// sys.modules, without an import.
+pyb::dict loaded_modules() { return pyb::reinterpret_borrow<pyb::dict>(PyImport_GetModuleDict()); }
+
 bool is_torch_tensor(const pyb::handle& obj) {
-  pyb::object modules = module("sys").attr("modules");
+  pyb::dict modules = loaded_modules();
   if (!modules.contains("torch")) return false;
   return pyb::isinstance(obj, modules["torch"].attr("Tensor"));
 }
@@ -153,7 +156,7 @@ Value to_value(const pyb::handle& obj, const std::string& what) {
       items.push_back(Array{to_value(kv.first, what + " (key)"), to_value(kv.second, what)});
     return tagged("dict", {{"items", Value(std::move(items))}});
   }
-  pyb::object modules = module("sys").attr("modules");
+  pyb::dict modules = loaded_modules();
   if (modules.contains("numpy") && pyb::isinstance(obj, modules["numpy"].attr("ndarray"))) {
     if (obj.attr("dtype").attr("hasobject").cast<bool>()) return pickled(obj, what);
     return ndarray_value("ndarray", pyb::reinterpret_borrow<pyb::object>(obj), "", what);

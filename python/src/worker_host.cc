@@ -113,10 +113,9 @@ Value call_method(void* object, const std::string& name, const Map& kwargs, Stre
     pyb::object fn = self.attr(name.c_str());
     auto [args, kw] = split_args(kwargs);
     pyb::object result = fn(*args, **kw);
-    pyb::object inspect = pyb::module_::import("inspect");
-    if (inspect.attr("iscoroutine")(result).cast<bool>())
+    if (PyCoro_CheckExact(result.ptr()))
       result = pyb::module_::import("troupe._worker").attr("run_coroutine")(result);
-    if (inspect.attr("isgenerator")(result).cast<bool>()) {
+    if (PyGen_Check(result.ptr())) {
       pyb::object rv = pyb::none();
       for (;;) {
         pyb::object item;

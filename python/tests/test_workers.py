@@ -129,3 +129,26 @@ def test_help_is_useful():
     assert "sharded" in troupe.WorkerGroup.run_all_workers_sharded_data.__doc__
     for name in troupe.__all__:
         assert getattr(troupe, name).__doc__, name
+
+
+def test_calls_right_behind_the_constructor_wait_for_it():
+    with troupe.Cluster(1, num_cpus_per_host=2) as cluster:
+        w = cluster.start_worker("workers.Echo", "slow start")
+        # Sent without waiting for ready(): queued by the worker until its object exists.
+        futures = [w.call("echo", i) for i in range(5)]
+        assert troupe.gather(futures, timeout=T) == [0, 1, 2, 3, 4]
+        assert w.call("init_args").result(T) == [["slow start"], {}]
+
+
+def test_a_class_can_have_its_own_interpreter(tmp_path):
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text('#!/bin/sh\nexport VIA_WRAPPER=yes\nexec /usr/bin/python3 "$@"\n')
+    wrapper.chmod(0o755)
+    with troupe.Cluster(1, num_cpus_per_host=2,
+                        python_executables={"workers.Echo": str(wrapper)}) as cluster:
+        own = cluster.start_worker("workers.Echo")
+        other = cluster.start_worker("workers.Rank", name="plain", env={"RANK": "0"})
+        assert own.call("echo", 1).result(T) == 1
+        assert other.call("env", ["VIA_WRAPPER"]).result(T) == {"VIA_WRAPPER": None}
+        with open(f"/proc/{own.pid}/environ", "rb") as f:  # the wrapper exec'd the worker
+            assert b"VIA_WRAPPER=yes" in f.read().split(b"\0")
