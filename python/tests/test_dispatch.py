@@ -173,3 +173,10 @@ def test_futures_gather_and_asyncio(g2):
     one, many = asyncio.run(asyncio.wait_for(main(), T))
     assert one["x"] == "async"
     assert who(many) == [(0, "m"), (2, "m")]
+
+
+def test_group_streams(g2):
+    streams = g2.run_all_workers_single_data_stream("items", 3, run_rank_0_only_axes=["tp"])
+    assert len(streams) == 2  # tp=0: workers 0 and 2
+    assert [list(s) for s in streams] == [[0, 1, 2], [20, 21, 22]]
+    assert [s.done().result(T) for s in streams] == [0, 2]

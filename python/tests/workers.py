@@ -31,6 +31,11 @@ class Rank:
     def pid(self):
         return os.getpid()
 
+    def items(self, n):
+        for i in range(n):
+            yield self.rank * 10 + i
+        return self.rank
+
 
 class Echo:
     """Returns what it gets, and facts about it."""
