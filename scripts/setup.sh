@@ -9,6 +9,9 @@ packages=(
   libasio-dev libssl-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   pkg-config procps iproute2 clang-format
+)
+# The Python package (python/): build, tests, and `pip install --no-build-isolation .`.
+packages+=(
   python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
   python3-pip python3-setuptools python3-wheel
 )
