@@ -35,7 +35,9 @@ void register_python_class(const std::string& name, pyb::object configure) {
   detail::ClassInfo info;
   info.name = name;
   if (!configure.is_none()) {
-    auto hook = std::make_shared<pyb::object>(configure);
+    // Never released: the class registry outlives the interpreter (it is destroyed with the
+    // process's statics), and a decref after Py_Finalize would crash.
+    auto* hook = new pyb::object(configure);
     info.configure = [hook](WorkerConfig& config) {
       pyb::gil_scoped_acquire gil;
       pyb::object bundle = pyb::none();

@@ -154,7 +154,7 @@ std::optional<detail::ClassInfo> resolve(const std::string& name) {
   detail::ClassInfo info;
   info.name = name;
   info.executor = [](std::function<void()> task) { method_thread().post(std::move(task)); };
-  auto held = std::make_shared<pyb::object>(cls);
+  auto* held = new pyb::object(cls);  // never released: the registry outlives the interpreter
   info.construct = [held](const Map& kwargs, const std::string& where) -> std::shared_ptr<void> {
     pyb::gil_scoped_acquire gil;
     try {
