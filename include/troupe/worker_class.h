@@ -103,7 +103,9 @@ void register_class(ClassInfo info);
 const ClassInfo* find_class(const std::string& name);
 // A source of classes that are not registered statically (the Python package resolves
 // "pkg.module.Class" names by importing them). find_class asks it for names it does not know and
-// registers what it returns; nullptr means unknown. Set once, before any find_class that needs it.
+// registers what it returns; nullopt means unknown. It may throw Error (the class
+// exists but cannot be loaded); find_class passes that on. Set once, before any find_class that
+// needs it.
 void set_class_resolver(std::function<std::optional<ClassInfo>(const std::string& name)> resolver);
 std::vector<std::string> registered_class_names();
 

@@ -17,6 +17,12 @@ std::mutex& registry_mutex() {
   return mu;
 }
 
+// The resolver of set_class_resolver; guarded by registry_mutex().
+std::function<std::optional<ClassInfo>(const std::string&)>& resolver() {
+  static std::function<std::optional<ClassInfo>(const std::string&)> r;
+  return r;
+}
+
 std::string join(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
@@ -33,11 +39,6 @@ void register_class(ClassInfo info) {
   }
   std::string name = info.name;
   registry().emplace(std::move(name), std::move(info));
-}
-
-std::function<std::optional<ClassInfo>(const std::string&)>& resolver() {
-  static std::function<std::optional<ClassInfo>(const std::string&)> r;
-  return r;
 }
 
 void set_class_resolver(std::function<std::optional<ClassInfo>(const std::string& name)> r) {
