@@ -12,6 +12,11 @@ packages=(
   clang-14 libclang-rt-14-dev
   slurm-wlm slurmctld slurmd slurm-client munge
 )
+# The Python package (python/): build, tests, and `pip install --no-build-isolation .`.
+packages+=(
+  python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-torch
+  python3-pip python3-setuptools python3-wheel
+)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -3,9 +3,11 @@
 #   1. builds the release variant (build/) and runs its CTest suite;
 #   2. installs it into a temporary prefix and builds tests/consumer against it
 #      (tests/consumer_test.sh), counted as one test;
-#   3. builds the ASan/UBSan variant (build-asan/) and runs its CTest suite;
-#   4. builds the ThreadSanitizer variant (build-tsan/) and runs its CTest suite;
-#   5. builds the libFuzzer target over the wire decoders and runs it for a fixed number of
+#   3. runs the Python tests (pytest under /usr/bin/python3, against the release build's
+#      package in build/python);
+#   4. builds the ASan/UBSan variant (build-asan/) and runs its CTest suite;
+#   5. builds the ThreadSanitizer variant (build-tsan/) and runs its CTest suite;
+#   6. builds the libFuzzer target over the wire decoders and runs it for a fixed number of
 #      inputs from the seed corpus (scripts/fuzz.sh), counted as one test.
 # Keeps going after a failure so that one run reports everything. A step that fails without
 # reporting test counts (setup, a build, a ctest run that printed no summary) counts as one
@@ -59,7 +61,9 @@ echo "=== setup ==="
 if bash scripts/setup.sh; then note "ok      setup"; else step_failed "setup"; fi
 
 echo "=== build (release) ==="
+release_ok=0
 if bash scripts/build.sh release; then
+  release_ok=1
   note "ok      build release"
   run_ctest release build
 
@@ -72,6 +76,36 @@ if bash scripts/build.sh release; then
   fi
 else
   step_failed "build release (its tests and the consumer check did not run)"
+fi
+
+# run_pytest BUILD_DIR: runs python/tests against BUILD_DIR/python, adds its counts.
+run_pytest() {
+  local dir=$1 log="$work/pytest.log" rc=0 line npass nfail nerr
+  echo "=== pytest (python/tests) ==="
+  PYTHONPATH="$PWD/$dir/python" TROUPE_PY_CROSS="$PWD/$dir/python/troupe_py_cross" \
+    timeout 900 /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests \
+    </dev/null 2>&1 | tee "$log" || rc=$?
+  line=$(grep -E '^=* ?[0-9]+ (passed|failed|error)' "$log" | tail -n 1 || true)
+  if [[ -z "$line" ]]; then
+    step_failed "pytest: no test summary (exit $rc)"
+    return
+  fi
+  npass=$(grep -oE '[0-9]+ passed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  nfail=$(grep -oE '[0-9]+ failed' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  nerr=$(grep -oE '[0-9]+ errors?' <<<"$line" | grep -oE '[0-9]+' || echo 0)
+  passed=$((passed + npass))
+  failed=$((failed + nfail + nerr))
+  if ((rc != 0 && nfail + nerr == 0)); then
+    step_failed "pytest: exit $rc although no test failed"
+  else
+    note "$( ((nfail + nerr == 0)) && echo "ok     " || echo "FAILED ") pytest: $npass passed, $((nfail + nerr)) failed"
+  fi
+}
+
+if ((release_ok)) && ls build/python/troupe/_core*.so >/dev/null 2>&1; then
+  run_pytest build
+elif ((release_ok)); then
+  step_failed "pytest: the release build has no Python module (build/python/troupe/_core*.so)"
 fi
 
 echo "=== build (asan) ==="

@@ -14,8 +14,10 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +65,14 @@ struct ClusterOptions {
   std::chrono::milliseconds start_timeout{30000};
   // Class name -> executable, for classes that do not live in the driver's binary.
   std::map<std::string, WorkerExecutable> executables;
+  // Asked for classes that are not in `executables` (before the class registry); returns the
+  // executable of such a class, or nullopt. Called on the caller's thread of start_worker and
+  // WorkerGroup; must be thread-safe. The Python package maps "pkg.module.Class" names this way.
+  std::function<std::optional<WorkerExecutable>(const std::string& class_name)> executable_resolver;
+  // What the agents run: empty path means this process's own executable (which must call
+  // troupe::init). A host that is not such a program (the Python interpreter) names one here.
+  // Agents get TROUPE_ROLE=agent and their settings in the environment, plus `env`.
+  WorkerExecutable agent_executable;
   // Applied, first match wins, to workers started without their own launch_wrapper.
   std::vector<LaunchWrapperRule> launch_wrappers;
 

@@ -18,6 +18,12 @@ namespace troupe {
 // driver it returns at once.
 void init(int argc, char** argv);
 
+// Runs this process's troupe role (TROUPE_ROLE=agent or worker, as troupe starts them) and
+// returns its exit code, or returns -1 at once when the process has no role. For hosts that embed
+// the runtime instead of calling init() from main(), such as the Python package's
+// `python -m troupe._role`. Blocks until the role ends.
+int run_role();
+
 // The library version, "MAJOR.MINOR.PATCH".
 const char* version();
 

@@ -90,12 +90,23 @@ struct ClassInfo {
   std::vector<std::string> ctor_params;
   std::function<std::shared_ptr<void>(const Map& kwargs, const std::string& where)> construct;
   std::map<std::string, MethodInfo> methods;
+  // Where the constructor and the methods run. Null: inline, on the worker's I/O thread. Set
+  // (e.g. for Python classes, whose code holds the GIL): the worker hands each of them to the
+  // executor as a task, in arrival order, and never waits for it on the I/O thread, so that the
+  // worker keeps answering while a method runs. The task replies itself (from any thread).
+  std::function<void(std::function<void()> task)> executor;
 };
 
 // The process-wide class registry. register_class aborts on a duplicate name (a programming
 // error found at start-up). Thread-safe after static initialisation.
 void register_class(ClassInfo info);
 const ClassInfo* find_class(const std::string& name);
+// A source of classes that are not registered statically (the Python package resolves
+// "pkg.module.Class" names by importing them). find_class asks it for names it does not know and
+// registers what it returns; nullopt means unknown. It may throw Error (the class
+// exists but cannot be loaded); find_class passes that on. Set once, before any find_class that
+// needs it.
+void set_class_resolver(std::function<std::optional<ClassInfo>(const std::string& name)> resolver);
 std::vector<std::string> registered_class_names();
 
 // Checks that every key of `kwargs` names a parameter; throws Error(kInvalidArgument) otherwise.

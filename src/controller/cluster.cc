@@ -104,8 +104,11 @@ void ClusterImpl::start_agents() {
       vars["TROUPE_TOKEN"] = token_;  // the user chose to pass it this way
     else
       vars["TROUPE_TOKEN_FILE"] = session_dir_ + "/token";
+    for (const auto& [k, v] : options_.agent_executable.env) vars[k] = v;
     process::SpawnOptions opts;
-    opts.executable = self;
+    opts.executable =
+        options_.agent_executable.path.empty() ? self : options_.agent_executable.path;
+    opts.args = options_.agent_executable.args;
     opts.env = env::to_strings(vars);
     opts.new_process_group = true;
     opts.parent_death_signal = SIGTERM;
@@ -197,7 +200,7 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     throw Error(ErrorCode::kInvalidArgument, "host index " + std::to_string(options.host) +
                                                  " is out of range: the cluster has " +
                                                  std::to_string(agents_.size()) + " hosts");
-  bool mapped = options_.executables.count(options.class_name) > 0;
+  bool mapped = has_executable(options.class_name);
   if (!mapped && !detail::find_class(options.class_name)) {
     std::string known;
     for (const auto& n : detail::registered_class_names()) known += (known.empty() ? "" : ", ") + n;
@@ -260,10 +263,10 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
   request.take_ports = options.ports;
   request.log_to_terminal = options.log_to_driver;
   request.start_timeout_ms = options.start_timeout.count();
-  if (auto it = options_.executables.find(options.class_name); it != options_.executables.end()) {
-    request.executable = it->second.path;
-    request.args = it->second.args;
-    for (const auto& [k, v] : it->second.env) vars.emplace(k, v);
+  if (auto exe = executable_for(options.class_name)) {
+    request.executable = exe->path;
+    request.args = exe->args;
+    for (const auto& [k, v] : exe->env) vars.emplace(k, v);
   }
   request.env = std::move(vars);
   std::string log_path = session_dir_ + "/logs/" + options.name + ".log";

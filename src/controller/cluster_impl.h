@@ -37,7 +37,15 @@ class ClusterImpl {
   Worker start_worker(WorkerOptions options);
   // Whether `class_name` runs in another executable (ClusterOptions::executables).
   bool has_executable(const std::string& class_name) const {
-    return options_.executables.count(class_name) > 0;
+    return executable_for(class_name).has_value();
+  }
+  // The executable mapped to `class_name` (ClusterOptions::executables, then
+  // executable_resolver), or nullopt when the class runs in the driver's binary.
+  std::optional<WorkerExecutable> executable_for(const std::string& class_name) const {
+    if (auto it = options_.executables.find(class_name); it != options_.executables.end())
+      return it->second;
+    if (options_.executable_resolver) return options_.executable_resolver(class_name);
+    return std::nullopt;
   }
   // The driver's environment as workers inherit it: without launcher variables (SLURM_*, PMI_*,
   // ...) and troupe's own TROUPE_* variables. Thread-safe (reads environ).

@@ -12,10 +12,16 @@ namespace troupe {
 void init(int argc, char** argv) {
   (void)argc;
   (void)argv;
+  int code = run_role();
+  if (code >= 0) std::exit(code);
+}
+
+int run_role() {
   auto role = env::get(worker_env::kRole);
-  if (!role) return;
-  if (*role == "worker") std::exit(worker::run_worker_main());
-  if (*role == "agent") std::exit(agent::run_agent(agent::config_from_environment()));
+  if (!role) return -1;
+  if (*role == "worker") return worker::run_worker_main();
+  if (*role == "agent") return agent::run_agent(agent::config_from_environment());
+  return -1;
 }
 
 const char* version() { return TROUPE_VERSION; }

@@ -17,6 +17,12 @@ std::mutex& registry_mutex() {
   return mu;
 }
 
+// The resolver of set_class_resolver; guarded by registry_mutex().
+std::function<std::optional<ClassInfo>(const std::string&)>& resolver() {
+  static std::function<std::optional<ClassInfo>(const std::string&)> r;
+  return r;
+}
+
 std::string join(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
@@ -35,10 +41,25 @@ void register_class(ClassInfo info) {
   registry().emplace(std::move(name), std::move(info));
 }
 
-const ClassInfo* find_class(const std::string& name) {
+void set_class_resolver(std::function<std::optional<ClassInfo>(const std::string& name)> r) {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  auto it = registry().find(name);
-  return it == registry().end() ? nullptr : &it->second;
+  resolver() = std::move(r);
+}
+
+const ClassInfo* find_class(const std::string& name) {
+  std::function<std::optional<ClassInfo>(const std::string&)> resolve;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto it = registry().find(name);
+    if (it != registry().end()) return &it->second;
+    resolve = resolver();
+  }
+  if (!resolve) return nullptr;
+  std::optional<ClassInfo> info = resolve(name);  // outside the lock: it may take a while
+  if (!info) return nullptr;
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  info->name = name;
+  return &registry().emplace(name, std::move(*info)).first->second;  // first one wins
 }
 
 std::vector<std::string> registered_class_names() {

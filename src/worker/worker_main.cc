@@ -47,6 +47,10 @@ class WorkerServer {
     const std::string& m = request.method;
     if (!m.empty() && m[0] == '_' && m.rfind("__", 0) == 0)
       return handle_internal(request, responder);
+    if (constructing_) {  // calls sent right behind __init__ wait for the constructor
+      waiting_.emplace_back(std::move(request), responder);
+      return;
+    }
     if (!object_) {
       responder.fail(
           Error(init_error_ ? init_error_->code() : ErrorCode::kConstructorFailed,
@@ -64,17 +68,26 @@ class WorkerServer {
       return;
     }
     std::string where = "method '" + m + "' of worker '" + name_ + "' (class " + class_->name + ")";
+    if (!class_->executor) return run_method(object_, it->second, request.kwargs, where, responder);
+    class_->executor([object = object_, method = &it->second, kwargs = std::move(request.kwargs),
+                      where, responder] { run_method(object, *method, kwargs, where, responder); });
+  }
+
+  // Runs one method call and replies; on the I/O thread or the class's executor.
+  static void run_method(const std::shared_ptr<void>& object, const detail::MethodInfo& method,
+                         const Map& kwargs, const std::string& where,
+                         const transport::Responder& responder) {
     try {
-      if (it->second.streaming) {
+      if (method.streaming) {
         StreamWriter stream([&responder](Value item) { responder.stream_item(item); });
-        responder.reply(it->second.invoke(object_.get(), request.kwargs, where, &stream));
+        responder.reply(method.invoke(object.get(), kwargs, where, &stream));
       } else {
-        responder.reply(it->second.invoke(object_.get(), request.kwargs, where, nullptr));
+        responder.reply(method.invoke(object.get(), kwargs, where, nullptr));
       }
     } catch (const Error& e) {
       responder.fail(e.code() == ErrorCode::kInvalidArgument
                          ? e
-                         : Error(ErrorCode::kMethodFailed, where + " failed: " + e.what()));
+                         : Error(ErrorCode::kMethodFailed, where + " failed: " + e.message()));
     } catch (const std::exception& e) {
       responder.fail(Error(ErrorCode::kMethodFailed,
                            where + " threw " + current_exception_type() + ": " + e.what()));
@@ -108,10 +121,16 @@ class WorkerServer {
     }
     if (!cls || !cls->is_string() || !args || !args->is_map())
       return responder.fail(Error(ErrorCode::kProtocol, "__init__ needs class and args"));
-    if (object_)
+    if (object_ || constructing_)
       return responder.fail(
           Error(ErrorCode::kInvalidArgument, "worker '" + name_ + "' is already constructed"));
-    const detail::ClassInfo* info = detail::find_class(cls->as_string());
+    const detail::ClassInfo* info = nullptr;
+    try {
+      info = detail::find_class(cls->as_string());  // a class resolver may fail
+    } catch (const Error& e) {
+      init_error_ = e;
+      return responder.fail(*init_error_);
+    }
     if (!info) {
       init_error_ = Error(ErrorCode::kUnknownClass,
                           "worker '" + name_ + "': no worker class '" + cls->as_string() +
@@ -126,24 +145,59 @@ class WorkerServer {
                 where + ": the class declares no constructor and is not default-constructible");
       return responder.fail(*init_error_);
     }
+    constructing_ = true;
+    if (!info->executor) return finish_construct(info, args->as_map(), where, responder);
+    info->executor([this, info, kwargs = args->as_map(), where, responder] {
+      auto [object, error] = try_construct(info, kwargs, where);
+      asio::post(io_, [this, info, object = std::move(object), error = std::move(error),
+                       responder]() mutable {
+        finish(info, std::move(object), std::move(error), responder);
+      });
+    });
+  }
+
+  void finish_construct(const detail::ClassInfo* info, const Map& kwargs, const std::string& where,
+                        const transport::Responder& responder) {
+    auto [object, error] = try_construct(info, kwargs, where);
+    finish(info, std::move(object), std::move(error), responder);
+  }
+
+  // Runs the constructor; thread-safe (touches no member).
+  static std::pair<std::shared_ptr<void>, std::optional<Error>> try_construct(
+      const detail::ClassInfo* info, const Map& kwargs, const std::string& where) {
     try {
-      object_ = info->construct(args->as_map(), where);
+      return {info->construct(kwargs, where), std::nullopt};
+    } catch (const Error& e) {
+      return {nullptr,
+              e.code() == ErrorCode::kInvalidArgument
+                  ? e
+                  : Error(ErrorCode::kConstructorFailed, where + " failed: " + e.message())};
+    } catch (const std::exception& e) {
+      return {nullptr, Error(ErrorCode::kConstructorFailed,
+                             where + " threw " + current_exception_type() + ": " + e.what())};
+    } catch (...) {
+      return {nullptr,
+              Error(ErrorCode::kConstructorFailed, where + " threw " + current_exception_type())};
+    }
+  }
+
+  // I/O thread: records the outcome of the constructor and replies.
+  void finish(const detail::ClassInfo* info, std::shared_ptr<void> object,
+              std::optional<Error> error, const transport::Responder& responder) {
+    constructing_ = false;
+    if (error) {
+      init_error_ = std::move(error);
+      responder.fail(*init_error_);
+    } else {
+      object_ = std::move(object);
       class_ = info;
       log::set_role("worker:" + name_ + " (" + info->name + ")");
       responder.reply(Value());
-      return;
-    } catch (const Error& e) {
-      init_error_ = e.code() == ErrorCode::kInvalidArgument
-                        ? e
-                        : Error(ErrorCode::kConstructorFailed, where + " failed: " + e.what());
-    } catch (const std::exception& e) {
-      init_error_ = Error(ErrorCode::kConstructorFailed,
-                          where + " threw " + current_exception_type() + ": " + e.what());
-    } catch (...) {
-      init_error_ =
-          Error(ErrorCode::kConstructorFailed, where + " threw " + current_exception_type());
     }
-    responder.fail(*init_error_);
+    auto waiting = std::move(waiting_);
+    waiting_.clear();
+    for (auto& [request, waiting_responder] : waiting)
+      handle(std::move(request), waiting_responder);
   }
 
   asio::io_context& io_;
@@ -151,6 +205,9 @@ class WorkerServer {
   const detail::ClassInfo* class_ = nullptr;
   std::shared_ptr<void> object_;
   std::optional<Error> init_error_;
+  bool constructing_ = false;
+  // Calls that arrived while the constructor ran on the class's executor, in arrival order.
+  std::vector<std::pair<wire::Request, transport::Responder>> waiting_;
 };
 
 }  // namespace

@@ -1,0 +1,194 @@
+// The worker side of Python classes: a class resolver for "pkg.module.Class" names and the
+// executor that runs their constructor and methods on one method thread (never the worker's I/O
+// thread, so the worker keeps answering while Python code holds the GIL).
+#include "worker_host.h"
+
+#include <pybind11/stl.h>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "values.h"
+
+namespace troupe::py {
+namespace {
+
+// One thread that runs tasks in order. The thread holds no GIL while it waits.
+class MethodThread {
+ public:
+  MethodThread() : thread_([this] { run(); }) { thread_.detach(); }
+  void post(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !tasks_.empty(); });
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  std::thread thread_;
+};
+
+MethodThread& method_thread() {
+  static auto* t = new MethodThread();  // lives until the process exits
+  return *t;
+}
+
+// Turns the pending Python exception into an Error carrying its type, message and traceback.
+[[noreturn]] void throw_python_error(pyb::error_already_set& e, ErrorCode code) {
+  std::string type = "Exception", text, tb;
+  try {
+    pyb::object exc = e.value();
+    pyb::object cls = e.type();
+    type = cls.attr("__qualname__").cast<std::string>();
+    std::string mod = cls.attr("__module__").cast<std::string>();
+    if (mod != "builtins") type = mod + "." + type;
+    text = pyb::str(exc).cast<std::string>();
+    pyb::object lines =
+        pyb::module_::import("traceback").attr("format_exception")(cls, exc, e.trace());
+    tb = pyb::str("").attr("join")(lines).cast<std::string>();
+  } catch (...) {
+    text = e.what();
+  }
+  throw Error(code, "raised " + type + ": " + text + "\n" + tb);
+}
+
+// The Python object a worker hosts; dropped with the GIL.
+std::shared_ptr<void> own(pyb::object obj) {
+  auto* p = new pyb::object(std::move(obj));
+  return std::shared_ptr<void>(p, [](void* q) {
+    if (!Py_IsInitialized()) return;
+    pyb::gil_scoped_acquire gil;
+    delete static_cast<pyb::object*>(q);
+  });
+}
+
+// Splits the driver's encoding of positional arguments (keywords "__arg0", "__arg1", ...) from
+// the keyword arguments.
+std::pair<pyb::tuple, pyb::dict> split_args(const Map& kwargs) {
+  pyb::dict kw;
+  std::map<size_t, pyb::object> positional;
+  for (const auto& [k, v] : kwargs) {
+    if (k.rfind("__arg", 0) == 0 && k.size() > 5 &&
+        k.find_first_not_of("0123456789", 5) == std::string::npos) {
+      positional[std::stoul(k.substr(5))] = from_value(v);
+    } else {
+      kw[pyb::str(k)] = from_value(v);
+    }
+  }
+  pyb::tuple args(positional.size());
+  size_t i = 0;
+  for (auto& [n, v] : positional) {
+    if (n != i)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "positional argument " + std::to_string(i) + " is missing");
+    args[i++] = v;
+  }
+  return {args, kw};
+}
+
+Value call_method(void* object, const std::string& name, const Map& kwargs, StreamWriter* stream) {
+  pyb::gil_scoped_acquire gil;
+  try {
+    pyb::object self = *static_cast<pyb::object*>(object);
+    pyb::object fn = self.attr(name.c_str());
+    auto [args, kw] = split_args(kwargs);
+    pyb::object result = fn(*args, **kw);
+    if (PyCoro_CheckExact(result.ptr()))
+      result = pyb::module_::import("troupe._worker").attr("run_coroutine")(result);
+    if (PyGen_Check(result.ptr())) {
+      pyb::object rv = pyb::none();
+      for (;;) {
+        pyb::object item;
+        try {
+          item = result.attr("__next__")();
+        } catch (pyb::error_already_set& e) {
+          if (!e.matches(PyExc_StopIteration)) throw;
+          rv = e.value().attr("value");
+          break;
+        }
+        Value v = to_value(item, "stream item of method '" + name + "'");
+        if (!stream)
+          throw Error(ErrorCode::kInvalidArgument,
+                      "method '" + name + "' is a generator: call it as a stream");
+        pyb::gil_scoped_release nogil;
+        stream->write(v);
+      }
+      return to_value(rv, "result of method '" + name + "'");
+    }
+    return to_value(result, "result of method '" + name + "'");
+  } catch (pyb::error_already_set& e) {
+    throw_python_error(e, ErrorCode::kMethodFailed);
+  }
+}
+
+std::optional<detail::ClassInfo> resolve(const std::string& name) {
+  auto dot = name.rfind('.');
+  if (dot == std::string::npos) return std::nullopt;
+  pyb::gil_scoped_acquire gil;
+  pyb::object cls;
+  try {
+    cls = pyb::module_::import(name.substr(0, dot).c_str()).attr(name.substr(dot + 1).c_str());
+  } catch (pyb::error_already_set& e) {
+    throw_python_error(e, ErrorCode::kUnknownClass);
+  }
+  detail::ClassInfo info;
+  info.name = name;
+  info.executor = [](std::function<void()> task) { method_thread().post(std::move(task)); };
+  auto* held = new pyb::object(cls);  // never released: the registry outlives the interpreter
+  info.construct = [held](const Map& kwargs, const std::string& where) -> std::shared_ptr<void> {
+    pyb::gil_scoped_acquire gil;
+    try {
+      auto [args, kw] = split_args(kwargs);
+      return own((*held)(*args, **kw));
+    } catch (pyb::error_already_set& e) {
+      throw_python_error(e, ErrorCode::kConstructorFailed);
+    }
+  };
+  pyb::object methods;
+  try {
+    methods = pyb::module_::import("troupe._worker").attr("public_methods")(cls);
+  } catch (pyb::error_already_set& e) {
+    throw_python_error(e, ErrorCode::kUnknownClass);
+  }
+  for (auto entry : methods) {
+    auto t = entry.cast<pyb::tuple>();
+    detail::MethodInfo m;
+    m.name = t[0].cast<std::string>();
+    m.params = t[1].cast<std::vector<std::string>>();
+    m.param_types.assign(m.params.size(), "any");
+    m.streaming = t[2].cast<bool>();
+    std::string method_name = m.name;
+    m.invoke = [method_name](void* object, const Map& kwargs, const std::string&,
+                             StreamWriter* stream) {
+      return call_method(object, method_name, kwargs, stream);
+    };
+    info.methods[m.name] = std::move(m);
+  }
+  return info;
+}
+
+}  // namespace
+
+void install_python_classes() { detail::set_class_resolver(&resolve); }
+
+}  // namespace troupe::py

@@ -1,0 +1,269 @@
+"""Cluster, Worker, VirtualCluster and NamedSharding: the runtime seen from a Python driver."""
+
+import os
+import sys
+
+from troupe import _core
+from troupe._futures import Future, Stream
+
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _bootstrap(paths):
+    """The command-line arguments that run troupe._role with `paths` first on sys.path."""
+    return ["-c", f"import sys; sys.path[:0] = {paths!r}; "
+                  "from troupe._role import main; main()"]
+
+
+def _driver_paths():
+    """The driver's import path, so a worker imports what the driver can (the troupe package
+    first, then the driver's own directories; '' is the driver's working directory)."""
+    out = [_PACKAGE_PARENT]
+    for p in sys.path:
+        p = os.path.abspath(p or os.getcwd())
+        if p not in out and os.path.isdir(p):
+            out.append(p)
+    return out
+
+
+def _exe_spec(value):
+    if isinstance(value, str):
+        return (value, [], {})
+    if isinstance(value, dict):
+        return (value["path"], list(value.get("args", [])), dict(value.get("env", {})))
+    path, args, env = (tuple(value) + ([], {}))[:3]
+    return (path, list(args), dict(env))
+
+
+def class_name_of(cls):
+    """The name a worker is started by: "pkg.module.Class" for a class object, a str as is."""
+    if isinstance(cls, str):
+        return cls
+    module = getattr(cls, "__module__", None)
+    if module in (None, "__main__"):
+        raise _core_error("invalid_argument",
+                          f"class {cls.__qualname__} is defined in __main__: workers import their "
+                          "class by name, so define it in an importable module")
+    return f"{module}.{cls.__qualname__}"
+
+
+def _core_error(code, message):
+    from troupe._errors import make_error
+
+    return make_error(code, message)
+
+
+def _encode_args(args, kwargs):
+    """Positional arguments travel as keywords "__arg0", "__arg1", ... (Python workers map them
+    back); C++ workers take keyword arguments only."""
+    out = {f"__arg{i}": a for i, a in enumerate(args)}
+    out.update(kwargs)
+    return out
+
+
+class Worker:
+    """A handle to one worker process (from Cluster.start_worker or WorkerGroup.workers).
+
+    ``call(method, *args, **kwargs)`` returns a :class:`troupe.Future` at once; calls to one
+    worker run in the order they were made. ``stream(method, ...)`` calls a generator (Python)
+    or stream (C++) method and returns a :class:`troupe.Stream`.
+    """
+
+    def __init__(self, core_worker):
+        self._w = core_worker
+
+    name = property(lambda self: self._w.name, doc="The worker's unique name.")
+    pid = property(lambda self: self._w.pid, doc="Its process id (0 until started).")
+    host = property(lambda self: self._w.host, doc="Index of its host in Cluster.hosts().")
+    log_path = property(lambda self: self._w.log_path, doc="Its log file (stdout and stderr).")
+
+    def alive(self):
+        """False once the worker died, failed to start or was stopped."""
+        return self._w.alive()
+
+    def ready(self):
+        """A Future that completes when the worker's object is constructed (or failed to be)."""
+        return Future(self._w.ready())
+
+    def died(self):
+        """A Future that completes with a description of how the worker ended."""
+        return Future(self._w.died())
+
+    def call(self, method, *args, **kwargs):
+        """Calls `method` with these arguments; returns a Future at once."""
+        return Future(self._w.call(method, _encode_args(args, kwargs)))
+
+    def stream(self, method, *args, **kwargs):
+        """Calls a generator/stream method; returns a Stream of its items."""
+        return Stream(self._w.call_stream(method, _encode_args(args, kwargs)))
+
+    def stop(self, grace=3.0):
+        """SIGTERM to its process group, SIGKILL after `grace` seconds; blocks until it is gone
+        and returns how it ended ("exit code 0", "signal 9 (Killed)")."""
+        return self._w.stop(grace)
+
+    def __repr__(self):
+        return f"<troupe.Worker {self.name} pid={self.pid}>"
+
+
+class Cluster:
+    """The runtime: an embedded head in this process and one agent process per simulated host
+    (each with its own loopback address 127.0.0.2, 127.0.0.3, ... and declared resources).
+
+    Args:
+        num_hosts: simulated hosts on this machine.
+        num_gpus_per_host: declared GPUs per host (real slots for placement and
+            CUDA_VISIBLE_DEVICES, even without GPUs).
+        num_cpus_per_host: declared CPUs per host (0: this machine's cores).
+        session_dir: logs, sockets and the token file (default: a fresh directory under $TMPDIR).
+        log_to_driver: copy workers' output to this terminal, prefixed "(name pid=N)".
+        start_timeout: seconds to wait for the agents.
+        executables: class name -> executable for C++ worker classes (a path, or
+            (path, args, env), or {"path":, "args":, "env":}).
+        python_executables: "pkg.module.Class" -> Python interpreter for that class (default:
+            this interpreter); it must be able to import troupe.
+        python: the interpreter for every other Python class and for the agents.
+
+    Python classes ("pkg.module.Class", or a class object) need no registration: their worker
+    is ``python`` running troupe's worker runtime, importing the class by name (with this
+    driver's sys.path). Thread-safe. Use as a context manager, or call shutdown().
+    """
+
+    def __init__(self, num_hosts=1, num_gpus_per_host=0, num_cpus_per_host=0, *,
+                 session_dir="", log_to_driver=True, start_timeout=30.0, executables=None,
+                 python_executables=None, python=None):
+        python = python or sys.executable
+        hosts = [(f"host-{i}", f"127.0.0.{i + 2}", float(num_cpus_per_host), int(num_gpus_per_host))
+                 for i in range(num_hosts)]
+        boot = _bootstrap(_driver_paths())
+        agent = (python, boot, {})
+        exes = {k: _exe_spec(v) for k, v in (executables or {}).items()}
+        self._c = _core.Cluster(hosts, session_dir, log_to_driver, float(start_timeout), exes,
+                                agent, (python, boot, {}), dict(python_executables or {}))
+
+    def start_worker(self, cls, *args, host=0, name="", env=None, num_gpus=0, **kwargs):
+        """Starts one worker of `cls` (a class object, "pkg.module.Class", or a C++ class name
+        mapped in `executables`) with these constructor arguments on host `host`; returns its
+        Worker at once (see Worker.ready())."""
+        name_ = class_name_of(cls)
+        return Worker(self._c.start_worker(name_, _encode_args(args, kwargs), host, name,
+                                           dict(env or {}), num_gpus))
+
+    def hosts(self):
+        """The hosts: index, name, address, num_cpus, gpu_ids, agent_pid, alive."""
+        return self._c.hosts()
+
+    @property
+    def session_dir(self):
+        """The session directory (logs/, the token file)."""
+        return self._c.session_dir()
+
+    def shutdown(self):
+        """Stops every worker, then every agent; idempotent."""
+        self._c.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+
+
+class NamedSharding:
+    """Names for the axes of an N-d layout of worker ranks (the reference's NamedSharding).
+
+    ``NamedSharding([[0, 1], [2, 3]], ["dp", "tp"])``: rank r is worker r; dp index 0 holds
+    ranks 0 and 1. Raises InvalidArgumentError for ragged layouts, duplicate names or ranks.
+    """
+
+    def __init__(self, layout, names):
+        self._s = _core.NamedSharding(layout, list(names))
+
+    names = property(lambda self: list(self._s.names), doc="The axis names, outermost first.")
+    shape = property(lambda self: list(self._s.shape), doc="The size of each axis.")
+    ndim = property(lambda self: self._s.ndim, doc="The number of axes.")
+    size = property(lambda self: self._s.size, doc="The number of ranks.")
+
+    def get_axis_index(self, name):
+        """The position of axis `name`."""
+        return self._s.get_axis_index(name)
+
+    def get_axis_size(self, name):
+        """The size of axis `name`."""
+        return self._s.get_axis_size(name)
+
+    def get_worker_coords(self, rank):
+        """The coordinates of `rank`, one per axis."""
+        return list(self._s.get_worker_coords(rank))
+
+    def get_ranks_by_coord(self, **coords):
+        """The ranks at these axis indices (e.g. dp=1), in layout order."""
+        return list(self._s.get_ranks_by_coord(coords))
+
+    def __repr__(self):
+        return self._s.to_string()
+
+
+class VirtualCluster:
+    """Placement groups of resource bundles for worker groups (the reference's
+    RayVirtualCluster).
+
+    Args:
+        bundle_ct_per_node_list: bundles wanted on each node, e.g. [2, 2]: one placement group
+            per entry, on its own host.
+        use_gpus: one GPU per bundle.
+        num_gpus_per_node: GPUs per node.
+        max_colocated_worker_groups: worker groups that may share these bundles.
+        name: the name of its placement groups.
+        cluster: the troupe.Cluster to place on. Default: an embedded Cluster with one host per
+            entry of bundle_ct_per_node_list, each with num_gpus_per_node declared GPUs (when
+            use_gpus) and enough CPUs; it is shut down with this VirtualCluster.
+    """
+
+    def __init__(self, bundle_ct_per_node_list, use_gpus=True, num_gpus_per_node=8,
+                 max_colocated_worker_groups=1, name="", *, cluster=None,
+                 use_unified_placement_group=False, cpus_per_bundle=1.0):
+        self._owned = cluster is None
+        if cluster is None:
+            cpus = max([os.cpu_count() or 1] + [n * cpus_per_bundle * max_colocated_worker_groups
+                                                for n in bundle_ct_per_node_list])
+            cluster = Cluster(len(bundle_ct_per_node_list),
+                              num_gpus_per_node if use_gpus else 0, cpus)
+        self.cluster = cluster
+        try:
+            self._vc = _core.VirtualCluster(cluster._c, list(bundle_ct_per_node_list), use_gpus,
+                                            num_gpus_per_node, max_colocated_worker_groups,
+                                            name or "vc", use_unified_placement_group,
+                                            float(cpus_per_bundle))
+        except BaseException:
+            if self._owned:
+                cluster.shutdown()
+            raise
+
+    def world_size(self):
+        """The number of bundles."""
+        return self._vc.world_size()
+
+    def node_count(self):
+        """The number of distinct hosts the bundles are on."""
+        return self._vc.node_count()
+
+    def get_placement_groups(self):
+        """Per placement group, its bundles (host, address, num_cpus, num_gpus, gpu_ids)."""
+        return self._vc.placement_groups()
+
+    def get_master_address_and_port(self):
+        """(address, port) of the first bundle's host, with a port reserved there."""
+        return self._vc.get_master_address_and_port()
+
+    def shutdown(self):
+        """Releases every reservation (and shuts the embedded Cluster down, if it made one)."""
+        self._vc.shutdown()
+        if self._owned:
+            self.cluster.shutdown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()

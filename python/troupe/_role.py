@@ -1,0 +1,28 @@
+"""Entry point of the processes troupe starts from a Python driver: agents and Python workers.
+
+Run as ``python -m troupe._role`` (or through the bootstrap in troupe._cluster) with
+TROUPE_ROLE=agent or TROUPE_ROLE=worker in the environment, as troupe's agents set it.
+"""
+
+import os
+import sys
+
+
+def main():
+    """Runs the role named by TROUPE_ROLE and exits the process with its code."""
+    from troupe import _core
+
+    if os.environ.get("TROUPE_ROLE") == "worker":
+        _core.install_python_classes()
+    code = _core.run_role()
+    if code < 0:
+        sys.stderr.write("troupe._role: TROUPE_ROLE is not set to 'agent' or 'worker'\n")
+        code = 2
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # No interpreter teardown: the method thread may still hold Python objects.
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()
