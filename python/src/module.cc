@@ -138,6 +138,65 @@ using Holder = std::unique_ptr<T, NoGilDelete>;
 struct PyWorkerGroup {
   Holder<WorkerGroup> group;
 };
+// A slice keeps the group's state alive (WorkerGroupSlice's contract); `group` keeps the Python
+// WorkerGroup alive so that its workers are not shut down while the slice is used.
+struct PyWorkerGroupSlice {
+  WorkerGroupSlice slice;
+  pyb::object group;
+};
+
+// The dispatch methods of a WorkerGroup or a WorkerGroupSlice (`target(g)` is the C++ object),
+// with the GIL released while calls are sent.
+template <typename T, typename Target>
+void bind_dispatch(pyb::class_<T>& cls, Target target) {
+  cls.def("run_single_worker_single_data",
+          [target](T& g, const std::string& method, size_t idx, const pyb::dict& kwargs) {
+            Kwargs kw = to_kwargs(kwargs, "method '" + method + "': ");
+            pyb::gil_scoped_release nogil;
+            return PyFuture{target(g).run_single_worker_single_data(method, idx, kw)};
+          })
+      .def(
+          "run_all_workers_multiple_data",
+          [target](T& g, const std::string& method, const pyb::dict& data,
+                   std::vector<std::string> rank0_axes, const pyb::dict& common) {
+            Kwargs d = to_kwargs(data, "method '" + method + "': ");
+            Kwargs c = to_kwargs(common, "method '" + method + "': common_kwargs ");
+            pyb::gil_scoped_release nogil;
+            return PyMultiFuture{target(g).run_all_workers_multiple_data(method, d, rank0_axes, c)};
+          })
+      .def("run_all_workers_single_data",
+           [target](T& g, const std::string& method, const pyb::dict& kwargs,
+                    std::vector<std::string> rank0_axes) {
+             Kwargs kw = to_kwargs(kwargs, "method '" + method + "': ");
+             pyb::gil_scoped_release nogil;
+             return PyMultiFuture{target(g).run_all_workers_single_data(method, kw, rank0_axes)};
+           })
+      .def("run_all_workers_single_data_stream",
+           [target](T& g, const std::string& method, const pyb::dict& kwargs,
+                    std::vector<std::string> rank0_axes) {
+             Kwargs kw = to_kwargs(kwargs, "method '" + method + "': ");
+             pyb::gil_scoped_release nogil;
+             std::vector<PyStream> out;
+             for (auto& s : target(g).run_all_workers_single_data_stream(method, kw, rank0_axes))
+               out.push_back(PyStream{s});
+             return out;
+           })
+      .def("run_all_workers_sharded_data",
+           [target](T& g, const std::string& method, const pyb::dict& data,
+                    std::vector<std::string> in_sharded, std::vector<std::string> replicate,
+                    std::vector<std::string> output_replicated, bool dummy,
+                    const pyb::dict& common) {
+             ShardedCallOptions o;
+             o.in_sharded_axes = std::move(in_sharded);
+             o.replicate_on_axes = std::move(replicate);
+             o.output_is_replicated = std::move(output_replicated);
+             o.make_dummy_calls_to_free_axes = dummy;
+             o.common_kwargs = to_kwargs(common, "method '" + method + "': common_kwargs ");
+             Kwargs d = to_kwargs(data, "method '" + method + "': ");
+             pyb::gil_scoped_release nogil;
+             return PyMultiFuture{target(g).run_all_workers_sharded_data(method, d, o)};
+           });
+}
 
 void bind_driver(pyb::module_& m) {
   using nogil = pyb::call_guard<pyb::gil_scoped_release>;
@@ -291,7 +350,8 @@ void bind_driver(pyb::module_& m) {
            })
       .def("shutdown", &VirtualCluster::shutdown, nogil());
 
-  pyb::class_<PyWorkerGroup>(m, "WorkerGroup")
+  pyb::class_<PyWorkerGroup> group_cls(m, "WorkerGroup");
+  group_cls
       .def(
           pyb::init([](VirtualCluster& vc, const std::string& class_name, const pyb::dict& args,
                        const pyb::object& workers_per_node, std::string name_prefix,
@@ -335,51 +395,6 @@ void bind_driver(pyb::module_& m) {
       .def("dp_size", [](const PyWorkerGroup& g) { return g.group->dp_size(); })
       .def("get_dp_leader_worker_idx",
            [](const PyWorkerGroup& g, size_t i) { return g.group->get_dp_leader_worker_idx(i); })
-      .def("run_single_worker_single_data",
-           [](PyWorkerGroup& g, const std::string& method, size_t idx, const pyb::dict& kwargs) {
-             Kwargs kw = to_kwargs(kwargs, "method '" + method + "': ");
-             pyb::gil_scoped_release nogil;
-             return PyFuture{g.group->run_single_worker_single_data(method, idx, kw)};
-           })
-      .def("run_all_workers_multiple_data",
-           [](PyWorkerGroup& g, const std::string& method, const pyb::dict& data,
-              std::vector<std::string> rank0_axes, const pyb::dict& common) {
-             Kwargs d = to_kwargs(data, "method '" + method + "': ");
-             Kwargs c = to_kwargs(common, "method '" + method + "': common_kwargs ");
-             pyb::gil_scoped_release nogil;
-             return PyMultiFuture{g.group->run_all_workers_multiple_data(method, d, rank0_axes, c)};
-           })
-      .def("run_all_workers_single_data",
-           [](PyWorkerGroup& g, const std::string& method, const pyb::dict& kwargs,
-              std::vector<std::string> rank0_axes) {
-             Kwargs kw = to_kwargs(kwargs, "method '" + method + "': ");
-             pyb::gil_scoped_release nogil;
-             return PyMultiFuture{g.group->run_all_workers_single_data(method, kw, rank0_axes)};
-           })
-      .def("run_all_workers_single_data_stream",
-           [](PyWorkerGroup& g, const std::string& method, const pyb::dict& kwargs,
-              std::vector<std::string> rank0_axes) {
-             Kwargs kw = to_kwargs(kwargs, "method '" + method + "': ");
-             pyb::gil_scoped_release nogil;
-             std::vector<PyStream> out;
-             for (auto& s : g.group->run_all_workers_single_data_stream(method, kw, rank0_axes))
-               out.push_back(PyStream{s});
-             return out;
-           })
-      .def("run_all_workers_sharded_data",
-           [](PyWorkerGroup& g, const std::string& method, const pyb::dict& data,
-              std::vector<std::string> in_sharded, std::vector<std::string> replicate,
-              std::vector<std::string> output_replicated, bool dummy, const pyb::dict& common) {
-             ShardedCallOptions o;
-             o.in_sharded_axes = std::move(in_sharded);
-             o.replicate_on_axes = std::move(replicate);
-             o.output_is_replicated = std::move(output_replicated);
-             o.make_dummy_calls_to_free_axes = dummy;
-             o.common_kwargs = to_kwargs(common, "method '" + method + "': common_kwargs ");
-             Kwargs d = to_kwargs(data, "method '" + method + "': ");
-             pyb::gil_scoped_release nogil;
-             return PyMultiFuture{g.group->run_all_workers_sharded_data(method, d, o)};
-           })
       .def(
           "recreate_worker",
           [](PyWorkerGroup& g, size_t idx) { return g.group->recreate_worker(idx); }, nogil())
@@ -397,6 +412,22 @@ void bind_driver(pyb::module_& m) {
             return std::make_pair(report.clean, report.problems);
           },
           nogil());
+  bind_dispatch(group_cls, [](PyWorkerGroup& g) -> WorkerGroup& { return *g.group; });
+  group_cls.def("slice", [](pyb::object self, const AxisIndices& coords) {
+    const PyWorkerGroup& g = self.cast<const PyWorkerGroup&>();
+    return PyWorkerGroupSlice{g.group->slice(coords), self};
+  });
+
+  pyb::class_<PyWorkerGroupSlice> slice_cls(m, "WorkerGroupSlice");
+  slice_cls.def("sharding", [](const PyWorkerGroupSlice& s) { return s.slice.sharding(); })
+      .def("group_worker_indices",
+           [](const PyWorkerGroupSlice& s) { return s.slice.group_worker_indices(); })
+      .def("workers", [](const PyWorkerGroupSlice& s) { return s.slice.workers(); })
+      .def("slice", [](const PyWorkerGroupSlice& s, const AxisIndices& coords) {
+        return PyWorkerGroupSlice{s.slice.slice(coords), s.group};
+      });
+  bind_dispatch(slice_cls,
+                [](PyWorkerGroupSlice& s) -> const WorkerGroupSlice& { return s.slice; });
 }
 
 }  // namespace

@@ -152,6 +152,33 @@ def test_3d_sharded_pp_dp(g3):
     assert who(f.result(T)) == [(0, "w0"), (2, "w2")]
 
 
+def test_slices_are_meshes_of_their_own(g3):
+    # pp=1: ranks 4..7 as a (dp, tp) mesh whose own indices are 0..3.
+    s = g3.slice(pp=1)
+    assert s.group_worker_indices == [4, 5, 6, 7]
+    assert s.sharding == troupe.NamedSharding([[0, 1], [2, 3]], ["dp", "tp"])
+    f = s.run_all_workers_sharded_data("who", x=["a", "b"], in_sharded_axes=["dp"],
+                                       replicate_on_axes=["tp"])
+    assert (f.called_workers, f.return_from_workers) == ([0, 1, 2, 3], [0, 1, 2, 3])
+    assert who(s.get_all_worker_results(f)) == [(4, "a"), (5, "a"), (6, "b"), (7, "b")]
+    # tp free on the slice: slice workers 0 and 2, i.e. ranks 4 and 6.
+    f = s.run_all_workers_sharded_data("who", x=["a", "b"], in_sharded_axes=["dp"])
+    assert (f.called_workers, f.return_from_workers) == ([0, 2], [0, 2])
+    assert who(f.result(T)) == [(4, "a"), (6, "b")]
+    # A slice of the slice: tp=1 leaves ranks 5 and 7 on a dp axis.
+    t = s.slice(tp=1)
+    assert t.group_worker_indices == [5, 7]
+    assert t.sharding == troupe.NamedSharding([0, 1], ["dp"])
+    assert who(t.run_all_workers_single_data("who", x=3).result(T)) == [(5, 3), (7, 3)]
+    assert who(t.run_all_workers_multiple_data("who", x=["p", "q"]).result(T)) == [(5, "p"),
+                                                                                  (7, "q")]
+    assert t.run_single_worker_single_data("who", 1, x=9).result(T)["rank"] == 7
+    with pytest.raises(troupe.InvalidArgumentError, match="out of range"):
+        s.slice(dp=2)
+    with pytest.raises(troupe.InvalidArgumentError, match="not in the sharding"):
+        t.run_all_workers_single_data("who", x=1, run_rank_0_only_axes=["tp"])
+
+
 def test_bad_dispatch_is_checked_before_any_call(g2):
     with pytest.raises(troupe.InvalidArgumentError, match="nope"):
         g2.run_all_workers_sharded_data("who", x=[1, 2], in_sharded_axes=["nope"])

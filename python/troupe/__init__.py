@@ -43,12 +43,12 @@ from troupe._errors import (
     WorkerDiedError,
 )
 from troupe._futures import Future, MultiWorkerFuture, Stream, gather
-from troupe._group import WorkerBuilder, WorkerGroup
+from troupe._group import WorkerBuilder, WorkerGroup, WorkerGroupSlice
 
 __version__ = _core.version()
 
 __all__ = [
-    "Cluster", "VirtualCluster", "NamedSharding", "Worker", "WorkerBuilder", "WorkerGroup",
+    "Cluster", "VirtualCluster", "NamedSharding", "Worker", "WorkerBuilder", "WorkerGroup", "WorkerGroupSlice",
     "Future", "MultiWorkerFuture", "Stream", "gather",
     "TroupeError", "InvalidArgumentError", "UnknownClassError", "UnknownMethodError",
     "MethodFailedError", "ConstructorFailedError", "WorkerDiedError", "ConnectionLostError",

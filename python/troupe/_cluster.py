@@ -179,6 +179,15 @@ class NamedSharding:
     def __init__(self, layout, names):
         self._s = _core.NamedSharding(layout, list(names))
 
+    @classmethod
+    def _wrap(cls, core_sharding):
+        s = cls.__new__(cls)
+        s._s = core_sharding
+        return s
+
+    def __eq__(self, other):
+        return isinstance(other, NamedSharding) and self._s == other._s
+
     names = property(lambda self: list(self._s.names), doc="The axis names, outermost first.")
     shape = property(lambda self: list(self._s.shape), doc="The size of each axis.")
     ndim = property(lambda self: self._s.ndim, doc="The number of axes.")

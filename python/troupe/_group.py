@@ -3,7 +3,7 @@
 import importlib
 
 from troupe import _core
-from troupe._cluster import Worker, _encode_args, class_name_of
+from troupe._cluster import NamedSharding, Worker, _encode_args, class_name_of
 from troupe._errors import InvalidArgumentError
 from troupe._futures import Future, MultiWorkerFuture, Stream
 
@@ -24,81 +24,9 @@ def _as_lists(value, depth):
     return [_as_lists(v, depth - 1) for v in value]
 
 
-class WorkerBuilder:
-    """What to start: a worker class and its constructor arguments (the reference's
-    RayWorkerBuilder).
-
-    ``WorkerBuilder("pkg.module.Class", *args, **kwargs)`` or ``WorkerBuilder(Class, ...)`` for
-    a Python class (its worker is a Python process importing it by name); a name without a dot
-    is a C++ class, mapped to its executable by ``Cluster(executables=...)``. A Python class's
-    ``configure_worker(num_gpus, bundle_indices, num_gpus_per_node)`` classmethod, when the
-    class is importable in the driver, is honoured as in the reference: it returns
-    (resources, env_vars, init_kwargs, runtime_env_overrides) and its resources
-    ({"num_gpus":, "num_cpus":}), environment and constructor arguments override the caller's.
-    """
-
-    def __init__(self, ray_actor_class_fqn, *args, **kwargs):
-        self.class_name = class_name_of(ray_actor_class_fqn)
-        self.worker_class = (ray_actor_class_fqn if not isinstance(ray_actor_class_fqn, str)
-                             else None)
-        self.args = args
-        self.kwargs = kwargs
-        self.num_cpus = None
-
-    def _register(self):
-        if "." not in self.class_name:
-            return
-        cls = self.worker_class or _import_class(self.class_name)
-        configure = getattr(cls, "configure_worker", None) if cls is not None else None
-        if configure is not None:
-            _core.register_python_class(self.class_name, configure)
-
-    def __repr__(self):
-        return f"<troupe.WorkerBuilder {self.class_name}>"
-
-
-class WorkerGroup:
-    """A group of workers, one per bundle of a VirtualCluster, addressed by a NamedSharding
-    (the reference's RayWorkerGroup). Blocks until every worker is ready.
-
-    Args:
-        cluster: the troupe.VirtualCluster.
-        remote_worker_builder: a troupe.WorkerBuilder.
-        workers_per_node: None (one worker per bundle), an int for every node, or one per node.
-        name_prefix: worker names are PREFIX-<index>.
-        bundle_indices_list: tied groups [(placement group index, [bundle indices]), ...].
-        sharding_annotations: a troupe.NamedSharding over the workers (default: one "dp" axis).
-        env_vars: added to every worker's environment (over the driver's, copied now).
-        dp_leader_worker_indices: an ascending subset of the tied-group leaders.
-        dp_leaders_from_axis: instead, the lowest rank at each index of this axis leads.
-        max_restarts: a dead worker is recreated by itself up to this many times.
-        start_timeout: seconds to wait for the workers.
-
-    Each worker sees RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (held free for it),
-    NODE_RANK, AVAILABLE_ADDR_LIST, AVAILABLE_PORT_LIST, CUDA_VISIBLE_DEVICES and
-    TROUPE_WORKER_GROUP. Dispatch methods return at once with futures; ``get_all_worker_results``
-    gathers. Errors are troupe.TroupeError subclasses (e.g. WorkerDiedError naming the worker).
-    """
-
-    def __init__(self, cluster, remote_worker_builder, workers_per_node=None, name_prefix="",
-                 bundle_indices_list=None, sharding_annotations=None, env_vars=None,
-                 dp_leader_worker_indices=None, *, dp_leaders_from_axis=None, max_restarts=0,
-                 show_progress=False, start_timeout=120.0):
-        b = remote_worker_builder
-        b._register()
-        self._cpp_class = None if "." in b.class_name else b.class_name
-        self.cluster = cluster
-        self.sharding_annotations = sharding_annotations
-        tied = None
-        if bundle_indices_list is not None:
-            tied = [(int(pg), [int(i) for i in idx]) for pg, idx in bundle_indices_list]
-        self._g = _core.WorkerGroup(
-            cluster._vc, b.class_name, _encode_args(b.args, b.kwargs), workers_per_node,
-            name_prefix or "worker", tied,
-            sharding_annotations._s if sharding_annotations is not None else None,
-            {str(k): str(v) for k, v in (env_vars or {}).items()},
-            list(dp_leader_worker_indices) if dp_leader_worker_indices is not None else None,
-            dp_leaders_from_axis, max_restarts, show_progress, float(start_timeout), b.num_cpus)
+class _Dispatch:
+    """The dispatch methods shared by WorkerGroup and WorkerGroupSlice (self._g is the core
+    object, self._cpp_class the C++ class name or None)."""
 
     def _args(self, method, args, kwargs):
         if args and self._cpp_class:
@@ -106,31 +34,6 @@ class WorkerGroup:
                 f"method '{method}': C++ worker class {self._cpp_class} takes keyword arguments "
                 f"only ({len(args)} positional given)")
         return _encode_args(args, kwargs)
-
-    @property
-    def workers(self):
-        """The current worker handles (recreate_worker replaces entries)."""
-        return [Worker(w) for w in self._g.workers()]
-
-    @property
-    def worker_metadata(self):
-        """A snapshot, per worker: name, rank, node_idx, bundle_index, host, local_rank,
-        dp_shard_idx, model_owner, bundle_indices, gpu_ids, num_cpus, num_gpus."""
-        return self._g.worker_metadata()
-
-    @property
-    def dp_size(self):
-        """The number of DP shards (DP leaders)."""
-        return self._g.dp_size()
-
-    @property
-    def name(self):
-        """The group's name."""
-        return self._g.name()
-
-    def get_dp_leader_worker_idx(self, dp_shard_idx):
-        """The worker index of DP shard `dp_shard_idx`'s leader."""
-        return self._g.get_dp_leader_worker_idx(dp_shard_idx)
 
     def run_single_worker_single_data(self, method_name, worker_idx, *args, **kwargs):
         """Calls `method_name` on worker `worker_idx`; returns a Future."""
@@ -185,6 +88,148 @@ class WorkerGroup:
         """Blocks for the results of a MultiWorkerFuture: one per worker in its
         return_from_workers that was called, in that order. Raises the first failure."""
         return future_bundle.get_results(self, return_generators_as_proxies, timeout)
+
+    def slice(self, **coords):
+        """The workers at these mesh coordinates, e.g. ``group.slice(dp=1)``, as a
+        WorkerGroupSlice: a mesh of the remaining axes with its own worker indices 0..n-1 (in
+        group order), on which every dispatch method works; slicing a slice works too."""
+        return WorkerGroupSlice(self._g.slice({str(k): int(v) for k, v in coords.items()}),
+                                self._cpp_class)
+
+
+class WorkerGroupSlice(_Dispatch):
+    """A view of some workers of a WorkerGroup at fixed mesh coordinates (Monarch-style), made
+    by ``WorkerGroup.slice(**coords)``. ``sharding`` covers the remaining axes and its ranks are
+    the slice's own worker indices; MultiWorkerFuture indices are slice indices;
+    ``group_worker_indices[i]`` is the group index of slice worker i. It keeps its group
+    alive; calls after the group's shutdown fail."""
+
+    def __init__(self, core, cpp_class):
+        self._g = core
+        self._cpp_class = cpp_class
+
+    @property
+    def sharding(self):
+        """The slice's NamedSharding (the remaining axes)."""
+        return NamedSharding._wrap(self._g.sharding())
+
+    @property
+    def group_worker_indices(self):
+        """The group index of each slice worker."""
+        return self._g.group_worker_indices()
+
+    @property
+    def workers(self):
+        """The current handles of the slice's workers."""
+        return [Worker(w) for w in self._g.workers()]
+
+    def __len__(self):
+        return len(self._g.group_worker_indices())
+
+    def __repr__(self):
+        return f"<troupe.WorkerGroupSlice of workers {self.group_worker_indices}>"
+
+
+class WorkerBuilder:
+    """What to start: a worker class and its constructor arguments (the reference's
+    RayWorkerBuilder).
+
+    ``WorkerBuilder("pkg.module.Class", *args, **kwargs)`` or ``WorkerBuilder(Class, ...)`` for
+    a Python class (its worker is a Python process importing it by name); a name without a dot
+    is a C++ class, mapped to its executable by ``Cluster(executables=...)``. A Python class's
+    ``configure_worker(num_gpus, bundle_indices, num_gpus_per_node)`` classmethod, when the
+    class is importable in the driver, is honoured as in the reference: it returns
+    (resources, env_vars, init_kwargs, runtime_env_overrides) and its resources
+    ({"num_gpus":, "num_cpus":}), environment and constructor arguments override the caller's.
+    """
+
+    def __init__(self, ray_actor_class_fqn, *args, **kwargs):
+        self.class_name = class_name_of(ray_actor_class_fqn)
+        self.worker_class = (ray_actor_class_fqn if not isinstance(ray_actor_class_fqn, str)
+                             else None)
+        self.args = args
+        self.kwargs = kwargs
+        self.num_cpus = None
+
+    def _register(self):
+        if "." not in self.class_name:
+            return
+        cls = self.worker_class or _import_class(self.class_name)
+        configure = getattr(cls, "configure_worker", None) if cls is not None else None
+        if configure is not None:
+            _core.register_python_class(self.class_name, configure)
+
+    def __repr__(self):
+        return f"<troupe.WorkerBuilder {self.class_name}>"
+
+
+class WorkerGroup(_Dispatch):
+    """A group of workers, one per bundle of a VirtualCluster, addressed by a NamedSharding
+    (the reference's RayWorkerGroup). Blocks until every worker is ready.
+
+    Args:
+        cluster: the troupe.VirtualCluster.
+        remote_worker_builder: a troupe.WorkerBuilder.
+        workers_per_node: None (one worker per bundle), an int for every node, or one per node.
+        name_prefix: worker names are PREFIX-<index>.
+        bundle_indices_list: tied groups [(placement group index, [bundle indices]), ...].
+        sharding_annotations: a troupe.NamedSharding over the workers (default: one "dp" axis).
+        env_vars: added to every worker's environment (over the driver's, copied now).
+        dp_leader_worker_indices: an ascending subset of the tied-group leaders.
+        dp_leaders_from_axis: instead, the lowest rank at each index of this axis leads.
+        max_restarts: a dead worker is recreated by itself up to this many times.
+        start_timeout: seconds to wait for the workers.
+
+    Each worker sees RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (held free for it),
+    NODE_RANK, AVAILABLE_ADDR_LIST, AVAILABLE_PORT_LIST, CUDA_VISIBLE_DEVICES and
+    TROUPE_WORKER_GROUP. Dispatch methods return at once with futures; ``get_all_worker_results``
+    gathers. Errors are troupe.TroupeError subclasses (e.g. WorkerDiedError naming the worker).
+    """
+
+    def __init__(self, cluster, remote_worker_builder, workers_per_node=None, name_prefix="",
+                 bundle_indices_list=None, sharding_annotations=None, env_vars=None,
+                 dp_leader_worker_indices=None, *, dp_leaders_from_axis=None, max_restarts=0,
+                 show_progress=False, start_timeout=120.0):
+        b = remote_worker_builder
+        b._register()
+        self._cpp_class = None if "." in b.class_name else b.class_name
+        self.cluster = cluster
+        self.sharding_annotations = sharding_annotations
+        tied = None
+        if bundle_indices_list is not None:
+            tied = [(int(pg), [int(i) for i in idx]) for pg, idx in bundle_indices_list]
+        self._g = _core.WorkerGroup(
+            cluster._vc, b.class_name, _encode_args(b.args, b.kwargs), workers_per_node,
+            name_prefix or "worker", tied,
+            sharding_annotations._s if sharding_annotations is not None else None,
+            {str(k): str(v) for k, v in (env_vars or {}).items()},
+            list(dp_leader_worker_indices) if dp_leader_worker_indices is not None else None,
+            dp_leaders_from_axis, max_restarts, show_progress, float(start_timeout), b.num_cpus)
+
+    @property
+    def workers(self):
+        """The current worker handles (recreate_worker replaces entries)."""
+        return [Worker(w) for w in self._g.workers()]
+
+    @property
+    def worker_metadata(self):
+        """A snapshot, per worker: name, rank, node_idx, bundle_index, host, local_rank,
+        dp_shard_idx, model_owner, bundle_indices, gpu_ids, num_cpus, num_gpus."""
+        return self._g.worker_metadata()
+
+    @property
+    def dp_size(self):
+        """The number of DP shards (DP leaders)."""
+        return self._g.dp_size()
+
+    @property
+    def name(self):
+        """The group's name."""
+        return self._g.name()
+
+    def get_dp_leader_worker_idx(self, dp_shard_idx):
+        """The worker index of DP shard `dp_shard_idx`'s leader."""
+        return self._g.get_dp_leader_worker_idx(dp_shard_idx)
 
     def recreate_worker(self, worker_idx):
         """Rebuilds worker `worker_idx` in place (same bundle, environment and constructor
