@@ -79,11 +79,17 @@ void ClusterImpl::make_session_dir() {
 void ClusterImpl::start_agents() {
   const double cores = static_cast<double>(std::thread::hardware_concurrency());
   std::string self = env::self_executable();
+  std::vector<std::string> names;
   for (size_t i = 0; i < options_.hosts.size(); ++i) {
     HostSpec& spec = options_.hosts[i];
     if (spec.name.empty()) spec.name = "host-" + std::to_string(i);
     if (spec.address.empty()) spec.address = "127.0.0." + std::to_string(i + 2);
     if (spec.num_cpus <= 0) spec.num_cpus = cores;
+    names.push_back(spec.name);
+  }
+  head_->expect_hosts(names);  // host i of ClusterOptions is head host i, however agents race
+  for (size_t i = 0; i < options_.hosts.size(); ++i) {
+    HostSpec& spec = options_.hosts[i];
     std::vector<int> gpu_ids;
     for (int g = 0; g < spec.num_gpus; ++g) gpu_ids.push_back(g);
     auto vars = env::current();
@@ -128,11 +134,14 @@ void ClusterImpl::start_agents() {
     }
     return {};
   });
-  auto records = head_->hosts();
+  // The head assigned the ids (expect_hosts kept ClusterOptions order): host i is head host i.
+  host_records_ = head_->hosts();
   host_records_.resize(agents_.size());
-  for (const auto& r : records)
-    for (size_t i = 0; i < agents_.size(); ++i)
-      if (options_.hosts[i].name == r.host_name) host_records_[i] = r;
+  for (size_t i = 0; i < agents_.size(); ++i)
+    if (host_records_[i].host_name != agents_[i].host_name)
+      throw Error(ErrorCode::kProtocol, "the head gave id " + std::to_string(i) + " to " +
+                                            host_records_[i].host_name + ", expected " +
+                                            agents_[i].host_name);
 }
 
 void ClusterImpl::connect_agents() {

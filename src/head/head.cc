@@ -4,6 +4,13 @@
 #include "wire/control.h"
 
 namespace troupe::head {
+namespace {
+
+HostCapacity capacity_of(const HostRecord& h) {
+  return HostCapacity{h.host_name, h.num_cpus, h.gpu_ids, h.memory_bytes, h.labels, h.alive};
+}
+
+}  // namespace
 
 Head::Head(asio::io_context& io, const std::string& endpoint, std::string token)
     : token_(std::move(token)) {
@@ -71,6 +78,7 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       rec.agent_pid = static_cast<pid_t>(m.pid);
       rec.machine_id = m.machine_id;
       rec.memory_bytes = m.memory_bytes;
+      ResourceBook valid({capacity_of(rec)});  // finite, non-negative, distinct GPU ids
     } catch (const Error& e) {
       resp.fail(Error(ErrorCode::kInvalidArgument, e.message()));
       return;
@@ -83,8 +91,20 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
                           "a host named '" + rec.host_name + "' is already registered"));
           return;
         }
-      *index = static_cast<int>(hosts_.size());
-      hosts_.push_back(rec);
+      // A host the head was told to expect takes its reserved id; any other gets the next.
+      *index = -1;
+      for (size_t i = 0; i < hosts_.size() && *index < 0; ++i)
+        if (!hosts_[i].registered && hosts_[i].host_name == rec.host_name)
+          *index = static_cast<int>(i);
+      if (*index < 0) {
+        *index = static_cast<int>(hosts_.size());
+        hosts_.push_back(rec);
+      } else {
+        hosts_[*index] = rec;
+      }
+      // A host that joins after the first reservation is placed on too.
+      if (book_) book_->upsert_host(*index, capacity_of(rec));
+      ++registered_;
     }
     TROUPE_LOG(Info) << "host " << rec.host_name << " registered (" << rec.address << ", "
                      << rec.num_cpus << " CPUs, " << rec.gpu_ids.size() << " GPUs)";
@@ -98,6 +118,7 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       std::lock_guard<std::mutex> lock(mu_);
       if (*index < 0 || *index >= static_cast<int>(hosts_.size())) return;
       hosts_[*index].alive = false;
+      --registered_;
       if (book_ && static_cast<size_t>(*index) < book_->hosts().size())
         book_->set_host_alive(*index, false);
       rec = hosts_[*index];
@@ -145,17 +166,34 @@ void Head::wait_for_hosts(size_t count, Clock::time_point deadline,
                           const std::function<std::string()>& abort) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    if (hosts_.size() >= count) return;
+    if (registered_ >= count) return;
     lock.unlock();
     std::string why = abort ? abort() : "";
     lock.lock();
     if (!why.empty()) throw Error(ErrorCode::kWorkerDied, why);
     if (Clock::now() >= deadline) {
-      throw Error(ErrorCode::kTimeout, std::to_string(hosts_.size()) + " of " +
+      std::string missing;
+      for (const auto& h : hosts_)
+        if (!h.registered) missing += (missing.empty() ? "" : ", ") + h.host_name;
+      throw Error(ErrorCode::kTimeout, std::to_string(registered_) + " of " +
                                            std::to_string(count) +
-                                           " agents registered before the deadline");
+                                           " agents registered before the deadline" +
+                                           (missing.empty() ? "" : " (missing: " + missing + ")"));
     }
     cv_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+}
+
+void Head::expect_hosts(const std::vector<std::string>& names) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!hosts_.empty())
+    throw Error(ErrorCode::kInvalidArgument, "expect_hosts must come before any registration");
+  for (const auto& name : names) {
+    HostRecord r;
+    r.host_name = name;
+    r.alive = false;
+    r.registered = false;
+    hosts_.push_back(std::move(r));
   }
 }
 
@@ -179,9 +217,7 @@ std::vector<BundlePlacement> Head::reserve(const std::string& group_id,
   std::lock_guard<std::mutex> lock(mu_);
   if (!book_) {
     std::vector<HostCapacity> capacity;
-    for (const auto& h : hosts_)
-      capacity.push_back(
-          HostCapacity{h.host_name, h.num_cpus, h.gpu_ids, h.memory_bytes, h.labels, h.alive});
+    for (const auto& h : hosts_) capacity.push_back(capacity_of(h));
     book_ = std::make_unique<ResourceBook>(std::move(capacity));
   }
   return book_->reserve(group_id, bundles, strategy, only_host);

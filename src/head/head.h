@@ -38,6 +38,7 @@ struct HostRecord {
   std::string machine_id;
   int64_t memory_bytes = 0;
   bool alive = true;
+  bool registered = true;  // false for an expected host whose agent has not registered yet
 };
 
 class Head {
@@ -47,7 +48,13 @@ class Head {
   ~Head();
 
   const std::string& endpoint() const { return listener_->endpoint(); }
-  // Blocks until `count` hosts registered, `deadline` passed or `abort` returns a message (it
+  // Reserves host ids 0..n-1 for the hosts named `names`, in that order, before any agent
+  // registers: an agent registering under one of these names gets that id whatever order the
+  // agents register in (the embedded cluster's hosts keep their ClusterOptions order). Host ids
+  // are assigned only here and at registration: the one source of host identity. Throws
+  // Error(kInvalidArgument) once a host has registered.
+  void expect_hosts(const std::vector<std::string>& names);
+  // Blocks until `count` hosts are registered, `deadline` passed or `abort` returns a message (it
   // is polled); throws Error(kTimeout) naming the missing hosts, or the abort message.
   void wait_for_hosts(size_t count, Clock::time_point deadline,
                       const std::function<std::string()>& abort);
@@ -77,7 +84,8 @@ class Head {
   std::shared_ptr<transport::Listener> listener_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<HostRecord> hosts_;
+  std::vector<HostRecord> hosts_;       // index = host id
+  size_t registered_ = 0;               // hosts whose agent is registered and connected
   std::unique_ptr<ResourceBook> book_;  // created at the first reservation
   // Every open connection (agents and clients such as `troupe status`); removed when it closes.
   std::vector<std::shared_ptr<transport::RpcPeer>> agents_;

@@ -377,6 +377,28 @@ void ResourceBook::set_host_alive(size_t host, bool alive) {
   hosts_[host].alive = alive;
 }
 
+void ResourceBook::upsert_host(size_t index, HostCapacity capacity) {
+  if (index > hosts_.size())
+    throw Error(ErrorCode::kInvalidArgument, "host index " + std::to_string(index) +
+                                                 " is past the end (" +
+                                                 std::to_string(hosts_.size()) + " hosts)");
+  if (capacity.name.empty()) capacity.name = "host-" + std::to_string(index);
+  ResourceBook check({capacity});  // validates, sorts the GPU ids
+  capacity = check.hosts_[0];
+  if (index == hosts_.size()) {
+    hosts_.push_back(std::move(capacity));
+  } else {
+    bool held = false;
+    for (const auto& [id, r] : groups_)
+      for (const auto& p : r.placements) held = held || p.host == index;
+    if (held)
+      hosts_[index].alive = capacity.alive;
+    else
+      hosts_[index] = std::move(capacity);
+  }
+  recompute_usage();
+}
+
 const std::vector<BundlePlacement>* ResourceBook::placements(const std::string& group_id) const {
   auto it = groups_.find(group_id);
   return it == groups_.end() ? nullptr : &it->second.placements;

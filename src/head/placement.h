@@ -100,6 +100,11 @@ class ResourceBook {
   // Dead hosts get no new bundles; their existing reservations stay until released. Throws
   // Error(kInvalidArgument) for an index out of range.
   void set_host_alive(size_t host, bool alive);
+  // A host joins (index == hosts().size()) or (re)registers (index < hosts().size()): its
+  // capacity becomes `capacity`, unless reservations still hold bundles there, in which case it
+  // keeps its capacity and only takes `capacity.alive`. Throws Error(kInvalidArgument) for an
+  // index past the end or an invalid capacity (as the constructor).
+  void upsert_host(size_t index, HostCapacity capacity);
 
   const std::vector<HostCapacity>& hosts() const { return hosts_; }
   // The placements of a reserved group, or nullptr.

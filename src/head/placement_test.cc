@@ -322,5 +322,28 @@ TEST(ResourceBook, InvalidHosts) {
   EXPECT_EQ(book.hosts()[0].name, "host-0");
 }
 
+// A host that joins after the first reservation is placed on; a host that re-registers while
+// reservations hold bundles there keeps its capacity (the reservations stay consistent).
+TEST(ResourceBook, HostsJoinAfterTheFirstReservation) {
+  ResourceBook book({host(1, {})});
+  book.reserve("a", many(1, bundle(1)), Strategy::kPack);
+  EXPECT_THROW(book.reserve("b", many(1, bundle(1, 1)), Strategy::kPack), Error);
+  book.upsert_host(1, host(2, {0, 1}));
+  auto placed = book.reserve("b", many(2, bundle(1, 1)), Strategy::kPack);
+  EXPECT_EQ(hosts_of(placed), (std::vector<size_t>{1, 1}));
+  // Host 1 re-registers with other GPUs while "b" holds its GPUs: capacity kept.
+  HostCapacity changed = host(4, {5});
+  changed.alive = false;
+  book.upsert_host(1, changed);
+  EXPECT_EQ(book.hosts()[1].gpu_ids, (std::vector<int>{0, 1}));
+  EXPECT_FALSE(book.hosts()[1].alive);
+  // Once released, a re-registration replaces the capacity.
+  book.release("b");
+  book.upsert_host(1, host(4, {5}));
+  EXPECT_EQ(book.hosts()[1].gpu_ids, (std::vector<int>{5}));
+  EXPECT_THROW(book.upsert_host(3, host(1, {})), Error);
+  EXPECT_THROW(book.upsert_host(2, host(-1, {})), Error);
+}
+
 }  // namespace
 }  // namespace troupe::head
