@@ -2,8 +2,10 @@
 // missing value is an error naming the option, with exit code 2.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "test_util.h"
@@ -15,9 +17,26 @@ struct CliRun {
   std::string output;  // stdout and stderr
 };
 
-CliRun troupe(const std::string& args) {
+// Runs the troupe command with `args`; with `env_first`, `args` starts with VAR=value
+// assignments for its environment.
+CliRun troupe(const std::string& args, bool env_first = false) {
   CliRun r;
-  std::string command = std::string(TROUPE_CLI_PATH) + " " + args + " 2>&1 </dev/null";
+  std::string command;
+  if (env_first) {
+    // Split "A=1 B=2 rest" into the assignments and the arguments.
+    size_t pos = 0;
+    while (true) {
+      size_t space = args.find(' ', pos);
+      std::string word = args.substr(pos, space - pos);
+      if (word.find('=') == std::string::npos || word[0] == '-') break;
+      command += word + " ";
+      pos = space + 1;
+    }
+    command = "env " + command + TROUPE_CLI_PATH + " " + args.substr(pos);
+  } else {
+    command = std::string(TROUPE_CLI_PATH) + " " + args;
+  }
+  command += " 2>&1 </dev/null";
   FILE* p = ::popen(command.c_str(), "r");
   if (!p) return r;
   char buf[4096];
@@ -48,7 +67,7 @@ TEST(Cli, BadValuesAreErrorsNamingTheOption) {
 TEST(Cli, UnknownOrMissingCommand) {
   CliRun r = troupe("bogus");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_HAS(r.output, "unknown command 'bogus' (commands: demo, status, version");
+  EXPECT_HAS(r.output, "unknown command 'bogus' (commands: demo, status, start, stop, version");
   r = troupe("");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "A subcommand is required");
@@ -66,9 +85,71 @@ TEST(Cli, HelpForEverySubcommand) {
   r = troupe("status --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_HAS(r.output, "--session");
+  r = troupe("start --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "--num-gpus");
+  EXPECT_HAS(r.output, "--node-ip-address");
+  r = troupe("stop --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
   r = troupe("version");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_HAS(r.output, "troupe 0.");
+}
+
+// A standing cluster on this machine, driven as a user would: a head on a free port, two agents
+// with their own addresses and resources, status by address, a wrong token refused, and stop
+// leaving no daemon behind. TMPDIR is a fresh directory, so its run directory is this test's.
+TEST(Cli, StandingClusterStartStatusStop) {
+  char dir[] = "/tmp/troupe-cli-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string env = std::string("TMPDIR=") + dir + " ";
+  CliRun r = troupe("start");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_HAS(r.output, "give --head or --address HOST:PORT");
+
+  r = troupe(env + "start --head --node-ip-address 127.0.0.1 --port 0", true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string marker = "troupe head started at ";
+  size_t at = r.output.find(marker);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::string address = r.output.substr(at + marker.size());
+  address = address.substr(0, address.find(' '));
+  EXPECT_HAS(r.output, "troupe start --address " + address + " --token-file ");
+
+  r = troupe(env + "start --address " + address +
+                 " --node-ip-address 127.0.0.31 --host-name alpha --num-gpus 2 --num-cpus 3",
+             true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "troupe agent of alpha (127.0.0.31, 3 CPUs, 2 GPUs) joined " + address);
+  r = troupe(env + "start --address " + address +
+                 " --node-ip-address 127.0.0.32 --host-name beta --num-gpus 0 --labels rack=r1",
+             true);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  r = troupe(env + "status --address " + address, true);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "alpha      127.0.0.31");
+  EXPECT_HAS(r.output, "3.0 CPUs, 2 GPUs");
+  EXPECT_HAS(r.output, "beta       127.0.0.32");
+  EXPECT_HAS(r.output, " up ");
+  r = troupe(env + "TROUPE_TOKEN=not-the-token status --address " + address, true);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_HAS(r.output, "wrong cluster token");
+  r = troupe(env + "start --labels nolabel --address " + address, true);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_HAS(r.output, "--labels: 'nolabel' is not k=v");
+
+  r = troupe(env + "stop", true);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "stopping agent-alpha");
+  EXPECT_HAS(r.output, "stopping head");
+  EXPECT_HAS(r.output, "3 troupe daemon(s) stopped");
+  // Nothing listens any more: an agent cannot join.
+  r = troupe(env + "start --address " + address + " --host-name late --node-ip-address 127.0.0.33",
+             true);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_HAS(r.output, "no cluster token");  // the head removed the token it made
+  std::system((std::string("rm -rf ") + dir).c_str());
 }
 
 }  // namespace

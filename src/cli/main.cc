@@ -2,9 +2,11 @@
 // is an error naming the option (exit code 2).
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "cli/demo.h"
+#include "cli/standing.h"
 #include "cli/status.h"
 #include "troupe/troupe.h"
 
@@ -27,11 +29,55 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 
-  std::string session;
+  std::string session, status_address, status_token_file;
   CLI::App* status_cmd = app.add_subcommand(
       "status", "hosts, reservations, worker groups' memory and workers of a running cluster");
-  status_cmd->add_option("--session", session,
-                         "the cluster's session directory (default: this user's newest)");
+  CLI::Option* session_opt = status_cmd->add_option(
+      "--session", session,
+      "an embedded cluster's session directory (default: this user's newest)");
+  status_cmd
+      ->add_option("--address", status_address,
+                   "HOST:PORT of a standing cluster's head (instead of --session)")
+      ->excludes(session_opt);
+  status_cmd
+      ->add_option("--token-file", status_token_file,
+                   "the cluster token (default: TROUPE_TOKEN, else this host's run directory)")
+      ->check(CLI::ExistingFile);
+
+  bool start_head = false;
+  std::string labels;
+  troupe::cli::StartHeadOptions head;
+  troupe::cli::StartAgentOptions agent;
+  CLI::App* start_cmd = app.add_subcommand(
+      "start",
+      "start this host's daemon of a standing cluster: the head (--head) or an agent that joins "
+      "a head (--address HOST:PORT)");
+  CLI::Option* head_flag =
+      start_cmd->add_flag("--head", start_head, "start the head (cluster state and placement)");
+  CLI::Option* address_opt =
+      start_cmd->add_option("--address", agent.address, "HOST:PORT of the head to join");
+  head_flag->excludes(address_opt);
+  start_cmd->add_option("--node-ip-address", head.node_ip_address,
+                        "the address to bind and advertise (default: this host's primary one)");
+  start_cmd->add_option("--port", head.port, "the head's port (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  start_cmd
+      ->add_option("--token-file", head.token_file,
+                   "the cluster token (default: TROUPE_TOKEN; the head makes a new one)")
+      ->check(CLI::ExistingFile);
+  start_cmd->add_option("--num-cpus", agent.num_cpus, "CPUs this host offers (default: cores)")
+      ->check(CLI::NonNegativeNumber);
+  start_cmd
+      ->add_option("--num-gpus", agent.num_gpus,
+                   "GPUs this host offers (default: CUDA_VISIBLE_DEVICES, else none)")
+      ->check(CLI::NonNegativeNumber);
+  start_cmd->add_option("--labels", labels, "host labels, k=v,k=v");
+  start_cmd->add_option("--host-name", agent.host_name, "this host's name (default: hostname)");
+  start_cmd->add_flag("--block", head.block, "stay in the foreground");
+
+  CLI::App* stop_cmd =
+      app.add_subcommand("stop", "stop this host's standing-cluster daemons and their workers");
 
   CLI::App* version_cmd = app.add_subcommand("version", "print the version");
 
@@ -53,7 +99,37 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   if (*demo_cmd) return troupe::cli::run_demo(demo);
-  if (*status_cmd) return troupe::cli::run_status(session);
+  if (*status_cmd) {
+    if (status_address.empty()) return troupe::cli::run_status(session);
+    try {
+      return troupe::cli::run_status("", status_address,
+                                     troupe::cli::standing_token(status_token_file));
+    } catch (const troupe::Error& e) {
+      std::fprintf(stderr, "troupe status: %s\n", e.what());
+      return 1;
+    }
+  }
+  if (*start_cmd) {
+    if (start_head == !agent.address.empty()) {
+      std::fprintf(stderr, "troupe start: give --head or --address HOST:PORT (see --help)\n");
+      return 2;
+    }
+    if (start_head) return troupe::cli::run_start_head(head);
+    std::stringstream ss(labels);
+    for (std::string kv; std::getline(ss, kv, ',');) {
+      auto eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) {
+        std::fprintf(stderr, "--labels: '%s' is not k=v\n", kv.c_str());
+        return 2;
+      }
+      agent.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    agent.node_ip_address = head.node_ip_address;
+    agent.token_file = head.token_file;
+    agent.block = head.block;
+    return troupe::cli::run_start_agent(agent);
+  }
+  if (*stop_cmd) return troupe::cli::run_stop();
   if (*version_cmd) {
     std::printf("troupe %s\n", troupe::version());
     return 0;

@@ -60,6 +60,8 @@ void print(const Value& status) {
                       ? "up  "
                       : "DOWN",
                   mib(h.find("memory_available")).c_str(), mib(h.find("memory_total")).c_str());
+      std::printf("    %s CPUs, %s GPUs\n", str(h.find("cpus")).c_str(),
+                  str(h.find("gpus")).c_str());
       if (const Value* r = h.find("reserved")) std::printf("    %s\n", str(r).c_str());
       if (const Value* g = h.find("group_memory"); g && g->is_map())
         for (const auto& [group, bytes] : g->as_map())
@@ -78,32 +80,51 @@ void print(const Value& status) {
 
 }  // namespace
 
-int run_status(std::string session) {
+Value ask_head_status(const std::string& endpoint, const std::string& token) {
+  transport::IoLoop loop;
+  std::promise<std::shared_ptr<transport::RpcPeer>> connected;
+  transport::async_connect(
+      loop.context(), endpoint, token, std::chrono::seconds(5),
+      [&connected](std::shared_ptr<transport::Connection> c, const Error* error) {
+        if (error) {
+          connected.set_exception(std::make_exception_ptr(*error));
+          return;
+        }
+        connected.set_value(transport::RpcPeer::attach(c, wire::FrameLimits{}, {}));
+      });
+  auto peer = connected.get_future().get();
+  Value status;
+  try {
+    status = peer->call("status", {}, "status of the head").get(std::chrono::seconds(30));
+  } catch (...) {
+    peer->close(Error(ErrorCode::kShutdown, "done"));
+    loop.run_sync([] {});
+    throw;
+  }
+  peer->close(Error(ErrorCode::kShutdown, "done"));
+  loop.run_sync([] {});  // let the close run before the loop stops
+  return status;
+}
+
+int run_status(std::string session, const std::string& address, const std::string& token) {
+  if (!address.empty()) {
+    try {
+      print(ask_head_status("tcp:" + address, token));
+      return 0;
+    } catch (const Error& e) {
+      std::fprintf(stderr, "troupe status: %s (head %s)\n", e.what(), address.c_str());
+      return 1;
+    }
+  }
   if (session.empty()) session = newest_session();
   if (session.empty()) {
     std::fprintf(stderr, "troupe status: no running cluster found (give --session DIR)\n");
     return 1;
   }
   try {
-    std::string token = env::get_or("TROUPE_TOKEN", "");
-    if (token.empty()) token = token::read_file(session + "/token");
-    transport::IoLoop loop;
-    std::promise<std::shared_ptr<transport::RpcPeer>> connected;
-    transport::async_connect(
-        loop.context(), "unix:" + internal::socket_dir_of(session) + "/head.sock", token,
-        std::chrono::seconds(5),
-        [&connected](std::shared_ptr<transport::Connection> c, const Error* error) {
-          if (error) {
-            connected.set_exception(std::make_exception_ptr(*error));
-            return;
-          }
-          connected.set_value(transport::RpcPeer::attach(c, wire::FrameLimits{}, {}));
-        });
-    auto peer = connected.get_future().get();
-    Value status = peer->call("status", {}, "status of the head").get(std::chrono::seconds(30));
-    print(status);
-    peer->close(Error(ErrorCode::kShutdown, "done"));
-    loop.run_sync([] {});  // let the close run before the loop stops
+    std::string t = env::get_or("TROUPE_TOKEN", "");
+    if (t.empty()) t = token::read_file(session + "/token");
+    print(ask_head_status("unix:" + internal::socket_dir_of(session) + "/head.sock", t));
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "troupe status: %s (session %s)\n", e.what(), session.c_str());

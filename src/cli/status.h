@@ -3,10 +3,17 @@
 
 #include <string>
 
+#include "troupe/value.h"
+
 namespace troupe::cli {
 
-// Asks the head of the cluster whose session directory is `session` (empty: the newest session
-// of this user) and prints the answer. Returns the process exit code.
-int run_status(std::string session);
+// Asks the head at `endpoint` ("unix:PATH" or "tcp:HOST:PORT") for its status, proving `token`.
+// Blocks (connect 5 s, answer 30 s); throws Error.
+Value ask_head_status(const std::string& endpoint, const std::string& token);
+
+// With `address` (HOST:PORT of a standing cluster's head, proving `token`), asks that head;
+// otherwise the head of the embedded cluster whose session directory is `session` (empty: the
+// newest session of this user). Prints the answer. Returns the process exit code.
+int run_status(std::string session, const std::string& address = {}, const std::string& token = {});
 
 }  // namespace troupe::cli

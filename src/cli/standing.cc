@@ -1,0 +1,395 @@
+#include "cli/standing.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "agent/agent.h"
+#include "cli/status.h"
+#include "common/env.h"
+#include "common/private_dir.h"
+#include "common/process.h"
+#include "common/token.h"
+#include "head/head.h"
+#include "transport/io_loop.h"
+#include "troupe/error.h"
+
+namespace troupe::cli {
+namespace {
+
+namespace stdfs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+// $TMPDIR/troupe-<uid>/standing, created mode 0700; refused when another user can steer it.
+std::string run_dir() {
+  std::string base = env::get_or("TMPDIR", "/tmp") + "/troupe-" + std::to_string(::getuid());
+  fs::open_private_dir(base, true);
+  std::string dir = base + "/standing";
+  fs::open_private_dir(dir, true);
+  return dir;
+}
+
+// The first non-loopback IPv4 address of this host's name, else 127.0.0.1.
+std::string primary_address() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &found) != 0) return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  for (addrinfo* a = found; a; a = a->ai_next) {
+    char text[INET_ADDRSTRLEN];
+    auto* in = reinterpret_cast<sockaddr_in*>(a->ai_addr);
+    if (!::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text))) continue;
+    if (std::strncmp(text, "127.", 4) != 0) {
+      out = text;
+      break;
+    }
+  }
+  ::freeaddrinfo(found);
+  return out;
+}
+
+std::string this_host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "host";
+  return name;
+}
+
+// Writes `text` to `path` (created 0600 or truncated; never through a symbolic link).
+void write_private_file(const std::string& path, const std::string& text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    throw Error(ErrorCode::kInvalidArgument, "cannot write " + path + ": " + std::strerror(errno));
+  ssize_t n = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  if (n != static_cast<ssize_t>(text.size()))
+    throw Error(ErrorCode::kInvalidArgument, "cannot write " + path);
+}
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// "pid start_time" of this process.
+std::string pid_record() {
+  return std::to_string(::getpid()) + " " +
+         std::to_string(process::start_time(::getpid()).value_or(0)) + "\n";
+}
+
+std::string log_tail(const std::string& path, size_t lines) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string l; std::getline(in, l);) all.push_back(l);
+  std::string out;
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
+    out += "  " + all[i] + "\n";
+  return out;
+}
+
+// Runs `body` in a daemon (a child in its own session, stdin from /dev/null, stdout and stderr
+// appended to `log`), or in this process when `block`. `body` gets a descriptor to write one line
+// to when it is ready, "ready[ DETAIL]" (-1 when blocking). In the parent, waits at most 15 s for
+// that line, then `after_ready` (which may wait longer, e.g. for a registration) decides the exit
+// code.
+int launch(bool block, const std::string& log, const std::function<int(int ready_fd)>& body,
+           const std::function<int(pid_t child, const std::string& detail)>& after_ready) {
+  if (block) return body(-1);
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(ErrorCode::kInvalidArgument, "pipe failed");
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) throw Error(ErrorCode::kInvalidArgument, "fork failed");
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::setsid();
+    int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (in >= 0) ::dup2(in, 0);
+    if (out >= 0) {
+      ::dup2(out, 1);
+      ::dup2(out, 2);
+    }
+    ::_exit(body(fds[1]));
+  }
+  ::close(fds[1]);
+  std::string line;
+  char c;
+  auto deadline = Clock::now() + std::chrono::seconds(15);
+  ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  while (Clock::now() < deadline) {
+    ssize_t n = ::read(fds[0], &c, 1);
+    if (n == 1 && c == '\n') break;
+    if (n == 1) {
+      line += c;
+      continue;
+    }
+    if (n == 0) break;  // the daemon exited before it was ready
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::close(fds[0]);
+  if (line.rfind("ready", 0) != 0) {
+    std::fprintf(stderr, "troupe start: the daemon (pid %d) did not become ready; its log %s:\n%s",
+                 pid, log.c_str(), log_tail(log, 20).c_str());
+    return 1;
+  }
+  return after_ready(pid, line.size() > 6 ? line.substr(6) : "");
+}
+
+void signal_ready(int fd) {
+  if (fd < 0) return;
+  ssize_t n = ::write(fd, "ready\n", 6);
+  (void)n;
+  ::close(fd);
+}
+
+// Blocks SIGTERM, SIGINT and SIGHUP in this thread (and the threads it creates later), then
+// returns a function that waits for one of them.
+std::function<void()> block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  return [set] {
+    int sig = 0;
+    ::sigwait(&set, &sig);
+  };
+}
+
+Value head_status(const head::Head& head, const std::string& address) {
+  Array hosts;
+  auto free = head.describe_free();
+  auto records = head.hosts();
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto& h = records[i];
+    Map host{{"name", h.host_name},
+             {"address", h.address},
+             {"cpus", h.num_cpus},
+             {"gpus", static_cast<int64_t>(h.gpu_ids.size())},
+             {"alive", h.alive},
+             {"agent_pid", static_cast<int64_t>(h.agent_pid)},
+             {"memory_total", h.memory_bytes}};
+    if (i < free.size()) host.emplace_back("reserved", free[i]);
+    hosts.push_back(std::move(host));
+  }
+  return Map{{"session", "standing cluster, head at " + address},
+             {"hosts", std::move(hosts)},
+             {"workers", Array{}}};
+}
+
+}  // namespace
+
+std::string standing_token(const std::string& token_file) {
+  if (!token_file.empty()) return token::read_file(token_file);
+  if (auto t = env::get("TROUPE_TOKEN"); t && !t->empty()) return *t;
+  std::string path = run_dir() + "/token";
+  if (!stdfs::exists(path))
+    throw Error(ErrorCode::kUnauthenticated,
+                "no cluster token: give --token-file (the head printed its path) or set "
+                "TROUPE_TOKEN");
+  return token::read_file(path);
+}
+
+int run_start_head(const StartHeadOptions& o) {
+  try {
+    const std::string dir = run_dir();
+    const std::string ip = o.node_ip_address.empty() ? primary_address() : o.node_ip_address;
+    const std::string address = ip + ":" + std::to_string(o.port);
+    std::string token_path = o.token_file;
+    std::string token;
+    if (!o.token_file.empty()) {
+      token = token::read_file(o.token_file);
+    } else if (auto t = env::get("TROUPE_TOKEN"); t && !t->empty()) {
+      token = *t;
+    } else {
+      token_path = dir + "/token";
+      if (stdfs::exists(token_path)) stdfs::remove(token_path);
+      token = token::generate();
+      token::write_file(token_path, token);
+    }
+    const std::string log = dir + "/head.log";
+    auto body = [&](int ready_fd) -> int {
+      auto wait_stop = block_stop_signals();
+      transport::IoLoop loop;
+      std::unique_ptr<head::Head> head;
+      try {
+        loop.run_sync(
+            [&] { head = std::make_unique<head::Head>(loop.context(), "tcp:" + address, token); });
+      } catch (const Error& e) {
+        std::fprintf(stderr, "troupe head: cannot listen on %s: %s\n", address.c_str(), e.what());
+        return 1;
+      }
+      head::Head* h = head.get();
+      // The bound address (port 0 asks for any free port).
+      std::string bound = head->endpoint().substr(4);  // "tcp:IP:PORT"
+      head->set_status_provider([h, bound] { return head_status(*h, bound); });
+      write_private_file(dir + "/head.pid", pid_record());
+      write_private_file(dir + "/head.address", bound + "\n");
+      std::fprintf(stderr, "troupe head listening on %s (pid %d)\n", bound.c_str(), ::getpid());
+      std::fflush(stderr);
+      if (ready_fd >= 0) {
+        std::string line = "ready " + bound + "\n";
+        ssize_t n = ::write(ready_fd, line.data(), line.size());
+        (void)n;
+        ::close(ready_fd);
+      }
+      wait_stop();
+      std::fprintf(stderr, "troupe head stopping\n");
+      head->close();
+      loop.stop();
+      head.reset();
+      ::unlink((dir + "/head.pid").c_str());
+      ::unlink((dir + "/head.address").c_str());
+      if (token_path == dir + "/token") ::unlink(token_path.c_str());  // it made the token
+      return 0;
+    };
+    return launch(o.block, log, body, [&](pid_t pid, const std::string& bound) {
+      const std::string& address = bound;
+      std::printf("troupe head started at %s (pid %d, log %s)\n", address.c_str(), pid,
+                  log.c_str());
+      std::printf("join a host with:\n  troupe start --address %s%s\n", address.c_str(),
+                  token_path.empty() ? "   (with TROUPE_TOKEN set)"
+                                     : (" --token-file " + token_path).c_str());
+      std::printf("drivers connect with TROUPE_ADDRESS=%s; stop with: troupe stop\n",
+                  address.c_str());
+      return 0;
+    });
+  } catch (const Error& e) {
+    std::fprintf(stderr, "troupe start --head: %s\n", e.what());
+    return 1;
+  }
+}
+
+int run_start_agent(const StartAgentOptions& o) {
+  try {
+    const std::string dir = run_dir();
+    agent::AgentConfig c;
+    c.host_name = o.host_name.empty() ? this_host_name() : o.host_name;
+    if (!fs::valid_component(c.host_name))
+      throw Error(ErrorCode::kInvalidArgument, "bad host name '" + c.host_name + "'");
+    c.address = o.node_ip_address.empty() ? primary_address() : o.node_ip_address;
+    c.num_cpus = o.num_cpus > 0 ? o.num_cpus : std::thread::hardware_concurrency();
+    if (o.num_gpus >= 0) {
+      for (int g = 0; g < o.num_gpus; ++g) c.gpu_ids.push_back(g);
+    } else if (auto visible = env::get("CUDA_VISIBLE_DEVICES"); visible && !visible->empty()) {
+      std::stringstream ss(*visible);
+      for (std::string id; std::getline(ss, id, ',');) c.gpu_ids.push_back(std::stoi(id));
+    }
+    c.labels = o.labels;
+    c.head_endpoint = "tcp:" + o.address;
+    c.token = standing_token(o.token_file);
+    c.session_dir = dir + "/agent-" + c.host_name;
+    fs::open_private_dir(c.session_dir, true);
+    c.socket_dir = c.session_dir + "/sockets";
+    c.log_to_terminal = false;
+    const std::string log = dir + "/agent-" + c.host_name + ".log";
+    const std::string pidfile = dir + "/agent-" + c.host_name + ".pid";
+    auto body = [&](int ready_fd) -> int {
+      write_private_file(pidfile, pid_record());
+      signal_ready(ready_fd);
+      int rc = agent::run_agent(c);
+      ::unlink(pidfile.c_str());
+      return rc;
+    };
+    return launch(o.block, log, body, [&](pid_t pid, const std::string&) {
+      // Ready once the head lists this host as alive.
+      auto deadline = Clock::now() + std::chrono::seconds(15);
+      std::string last;
+      while (Clock::now() < deadline) {
+        int status = 0;
+        if (::waitpid(pid, &status, WNOHANG) == pid) break;
+        try {
+          Value s = ask_head_status(c.head_endpoint, c.token);
+          if (const Value* hosts = s.find("hosts"); hosts && hosts->is_array())
+            for (const auto& h : hosts->as_array()) {
+              const Value* name = h.find("name");
+              const Value* alive = h.find("alive");
+              if (name && name->is_string() && name->as_string() == c.host_name && alive &&
+                  alive->is_bool() && alive->as_bool()) {
+                std::printf("troupe agent of %s (%s, %.0f CPUs, %zu GPUs) joined %s (pid %d)\n",
+                            c.host_name.c_str(), c.address.c_str(), c.num_cpus, c.gpu_ids.size(),
+                            o.address.c_str(), pid);
+                return 0;
+              }
+            }
+        } catch (const Error& e) {
+          last = e.message();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      std::fprintf(
+          stderr, "troupe start: the agent of %s did not register with %s%s; its log %s:\n%s",
+          c.host_name.c_str(), o.address.c_str(), last.empty() ? "" : (" (" + last + ")").c_str(),
+          log.c_str(), log_tail(log, 20).c_str());
+      return 1;
+    });
+  } catch (const Error& e) {
+    std::fprintf(stderr, "troupe start --address: %s\n", e.what());
+    return 1;
+  }
+}
+
+int run_stop() {
+  try {
+    const std::string dir = run_dir();
+    std::vector<std::string> agents, heads;
+    for (const auto& e : stdfs::directory_iterator(dir)) {
+      std::string name = e.path().filename().string();
+      if (name.size() < 5 || name.substr(name.size() - 4) != ".pid") continue;
+      (name.rfind("agent-", 0) == 0 ? agents : heads).push_back(e.path().string());
+    }
+    int stopped = 0;
+    for (const auto* list : {&agents, &heads}) {
+      std::vector<std::pair<pid_t, uint64_t>> waiting;
+      for (const auto& path : *list) {
+        pid_t pid = 0;
+        uint64_t start = 0;
+        std::istringstream(read_small_file(path)) >> pid >> start;
+        auto now = pid > 0 ? process::start_time(pid) : std::nullopt;
+        if (!now || *now != start) {  // gone, or the pid belongs to another process now
+          ::unlink(path.c_str());
+          continue;
+        }
+        ::kill(pid, SIGTERM);
+        waiting.emplace_back(pid, start);
+        std::printf("stopping %s (pid %d)\n", stdfs::path(path).stem().c_str(), pid);
+      }
+      auto deadline = Clock::now() + std::chrono::seconds(10);
+      for (auto [pid, start] : waiting) {
+        while (process::start_time(pid) == start && Clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (process::start_time(pid) == start) ::kill(pid, SIGKILL);
+        ++stopped;
+      }
+      for (const auto& path : *list) ::unlink(path.c_str());
+    }
+    std::printf("%d troupe daemon(s) stopped\n", stopped);
+    return 0;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "troupe stop: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace troupe::cli
