@@ -88,11 +88,8 @@ WorkerGroupImpl::WorkerGroupImpl(VirtualCluster& cluster, WorkerBuilder builder,
 WorkerGroupImpl::~WorkerGroupImpl() { shutdown(ShutdownOptions{}); }
 
 Worker WorkerGroupImpl::worker(size_t idx) const {
+  check_worker_index(idx);  // the group's size is fixed at construction
   std::lock_guard<std::mutex> lock(mu_);
-  if (idx >= workers_.size())
-    throw Error(ErrorCode::kInvalidArgument, "worker index " + std::to_string(idx) +
-                                                 " is out of range: group '" + name_ + "' has " +
-                                                 std::to_string(workers_.size()) + " workers");
   return workers_[idx];
 }
 

@@ -248,15 +248,15 @@ TEST(ListenerCap, FailedHandshakesAreLoggedAtARateLimit) {
 }
 
 TEST(LogLimiter, BurstThenSuppressedCountedAndReported) {
-  LogLimiter limiter(3, 1s);  // the calls below take microseconds: all in one window
+  LogLimiter limiter(3, 1s);
+  const auto t0 = LogLimiter::Clock::now();
   size_t suppressed = 99;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(limiter.allow(&suppressed));
+    ASSERT_TRUE(limiter.allow(&suppressed, t0 + i * 100ms));
     EXPECT_EQ(suppressed, 0u);
   }
-  for (int i = 0; i < 5; ++i) EXPECT_FALSE(limiter.allow(&suppressed));
-  std::this_thread::sleep_for(1100ms);  // a new window
-  ASSERT_TRUE(limiter.allow(&suppressed));
+  for (int i = 0; i < 5; ++i) EXPECT_FALSE(limiter.allow(&suppressed, t0 + 900ms));
+  ASSERT_TRUE(limiter.allow(&suppressed, t0 + 1100ms));  // a new window
   EXPECT_EQ(suppressed, 5u);
 }
 

@@ -2,9 +2,8 @@
 
 namespace troupe::transport {
 
-bool LogLimiter::allow(size_t* suppressed) {
+bool LogLimiter::allow(size_t* suppressed, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto now = Clock::now();
   if (in_window_ == 0 || now - window_start_ >= window_) {
     window_start_ = now;
     in_window_ = 0;

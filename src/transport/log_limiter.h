@@ -16,8 +16,9 @@ class LogLimiter {
 
   // True if a line may be written now. Then *suppressed is set to the number of lines refused
   // since the last one let through, which the line should mention ("N similar lines
-  // suppressed"). False if the line must be dropped (it is counted).
-  bool allow(size_t* suppressed);
+  // suppressed"). False if the line must be dropped (it is counted). `now` is the time of the
+  // line (tests pass their own).
+  bool allow(size_t* suppressed, Clock::time_point now = Clock::now());
 
  private:
   const size_t burst_;

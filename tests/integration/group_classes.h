@@ -98,6 +98,20 @@ inline troupe::VirtualClusterOptions vc_options(std::vector<size_t> bundles, int
   return o;
 }
 
+// ShardedCallOptions in one expression.
+inline troupe::ShardedCallOptions sharded(std::vector<std::string> in_sharded,
+                                          std::vector<std::string> replicate_on,
+                                          std::vector<std::string> output_replicated = {},
+                                          bool dummy = false, troupe::Kwargs common = {}) {
+  troupe::ShardedCallOptions o;
+  o.in_sharded_axes = std::move(in_sharded);
+  o.replicate_on_axes = std::move(replicate_on);
+  o.output_is_replicated = std::move(output_replicated);
+  o.make_dummy_calls_to_free_axes = dummy;
+  o.common_kwargs = std::move(common);
+  return o;
+}
+
 // What GroupProbe::echo returns on worker `worker` for data `x` and optional `tag`.
 inline troupe::Value echoed(int worker, troupe::Value x, troupe::Value tag = {}) {
   return troupe::Map{{"worker", worker}, {"x", std::move(x)}, {"tag", std::move(tag)}};

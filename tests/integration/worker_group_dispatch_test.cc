@@ -31,7 +31,6 @@ using troupe::ErrorCode;
 using troupe::Kwargs;
 using troupe::MultiWorkerFuture;
 using troupe::NamedSharding;
-using troupe::ShardedCallOptions;
 using troupe::Value;
 using troupe::VirtualCluster;
 using troupe::WorkerBuilder;
@@ -41,19 +40,6 @@ using troupe::WorkerGroupOptions;
 constexpr auto kDeadline = 20s;
 using Workers = std::vector<size_t>;
 using Values = std::vector<Value>;
-
-ShardedCallOptions sharded(std::vector<std::string> in_sharded,
-                           std::vector<std::string> replicate_on,
-                           std::vector<std::string> output_replicated = {}, bool dummy = false,
-                           Kwargs common = {}) {
-  ShardedCallOptions o;
-  o.in_sharded_axes = std::move(in_sharded);
-  o.replicate_on_axes = std::move(replicate_on);
-  o.output_is_replicated = std::move(output_replicated);
-  o.make_dummy_calls_to_free_axes = dummy;
-  o.common_kwargs = std::move(common);
-  return o;
-}
 
 class DispatchTest : public ::testing::Test {
  protected:

@@ -26,7 +26,6 @@ using troupe::Cluster;
 using troupe::ClusterOptions;
 using troupe::MultiWorkerFuture;
 using troupe::NamedSharding;
-using troupe::ShardedCallOptions;
 using troupe::Value;
 using troupe::VirtualCluster;
 using troupe::WorkerBuilder;
@@ -64,15 +63,6 @@ class MeshTest : public ::testing::Test {
   static Values results(const MultiWorkerFuture& f) {
     EXPECT_TRUE(f.wait_for(kDeadline)) << "the calls did not complete in time";
     return group_->get_all_worker_results(f);
-  }
-  static ShardedCallOptions sharded(std::vector<std::string> in, std::vector<std::string> rep,
-                                    std::vector<std::string> out = {}, bool dummy = false) {
-    ShardedCallOptions o;
-    o.in_sharded_axes = std::move(in);
-    o.replicate_on_axes = std::move(rep);
-    o.output_is_replicated = std::move(out);
-    o.make_dummy_calls_to_free_axes = dummy;
-    return o;
   }
   static Cluster* cluster_;
   static VirtualCluster* vc_;
