@@ -52,6 +52,13 @@ struct LaunchWrapperRule {
 };
 
 struct ClusterOptions {
+  // HOST:PORT of a standing cluster's head (`troupe start --head`). Empty: the environment
+  // variable TROUPE_ADDRESS when set, else an embedded cluster of `hosts`. Connecting needs the
+  // cluster token: TROUPE_TOKEN, else the file named by TROUPE_TOKEN_FILE. A connected cluster
+  // has the hosts whose agents joined the head (`hosts` is not used), and worker classes not
+  // mapped in `executables` run this program's executable, which must be at the same path on
+  // every host.
+  std::string address;
   std::vector<HostSpec> hosts = {HostSpec{}};
   // Logs, sockets and the token file live here. Default: $TMPDIR/troupe-<uid>/session-<time>-<pid>
   // (the base is created with mode 0700; one of another user or open to others is refused).
@@ -76,8 +83,16 @@ struct ClusterOptions {
   // Applied, first match wins, to workers started without their own launch_wrapper.
   std::vector<LaunchWrapperRule> launch_wrappers;
 
+  // Liveness on a standing cluster: the driver sends a heartbeat to each host's agent every
+  // interval; a host that sends nothing for host_lost_timeout is lost (calls pending on its
+  // workers fail with kHostLost), and so is the driver for the agents (they stop its workers).
+  std::chrono::milliseconds heartbeat_interval{100};
+  std::chrono::milliseconds host_lost_timeout{700};
+
   // `num_hosts` simulated hosts with the given declared resources each.
   static ClusterOptions local(size_t num_hosts, int gpus_per_host = 0, double cpus_per_host = 0);
+  // A standing cluster's head at `address` ("HOST:PORT").
+  static ClusterOptions connect(std::string address);
 };
 
 struct HostInfo {
@@ -180,7 +195,11 @@ class Worker {
 class Cluster {
  public:
   // Starts the embedded head and one agent per host; blocks until every agent has registered.
-  // Throws Error (kTimeout, kWorkerDied naming the agent that exited, ...).
+  // Throws Error (kTimeout, kWorkerDied naming the agent that exited, ...). With an address
+  // (ClusterOptions::address or TROUPE_ADDRESS), connects to that standing cluster's head and
+  // its live hosts' agents instead; throws kUnauthenticated without the token,
+  // kConnectionLost/kTimeout when the head cannot be reached, kResourceUnavailable when no host
+  // is alive.
   explicit Cluster(ClusterOptions options = {});
   // shutdown().
   ~Cluster();
@@ -192,6 +211,8 @@ class Cluster {
   // class that is neither registered in this binary nor mapped to an executable.
   Worker start_worker(WorkerOptions options);
 
+  // Every host, by the id the head assigned. On a standing cluster the list is read from the head
+  // at each call: hosts that joined since are there, lost ones have alive == false.
   std::vector<HostInfo> hosts() const;
   const std::string& session_dir() const;
   // Memory of every live host, read from /proc by its agent. Blocks at most `timeout`; hosts
@@ -200,7 +221,8 @@ class Cluster {
       std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
 
   // Stops every worker (SIGTERM, then SIGKILL after a grace period), then every agent; waits
-  // for all of them. Idempotent; thread-safe.
+  // for all of them. On a standing cluster the agents and head keep running: only this
+  // driver's workers stop. Idempotent; thread-safe.
   void shutdown();
 
   internal::ClusterImpl& impl() { return *impl_; }

@@ -23,6 +23,7 @@ enum class ErrorCode : int {
   kExecutableNotFound,   // the worker executable could not be started
   kResourceUnavailable,  // not enough CPUs, GPUs, hosts or ports
   kShutdown,             // the cluster or worker was shut down
+  kHostLost,             // the worker's host stopped answering (heartbeats) or was cut off
   kInternal,
 };
 

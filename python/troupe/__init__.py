@@ -29,6 +29,7 @@ from troupe._errors import (
     ConnectionLostError,
     ConstructorFailedError,
     ExecutableNotFoundError,
+    HostLostError,
     InternalError,
     InvalidArgumentError,
     MethodFailedError,
@@ -53,5 +54,5 @@ __all__ = [
     "TroupeError", "InvalidArgumentError", "UnknownClassError", "UnknownMethodError",
     "MethodFailedError", "ConstructorFailedError", "WorkerDiedError", "ConnectionLostError",
     "TimeoutError", "ProtocolError", "UnauthenticatedError", "ExecutableNotFoundError",
-    "ResourceUnavailableError", "ShutdownError", "InternalError",
+    "ResourceUnavailableError", "ShutdownError", "HostLostError", "InternalError",
 ]

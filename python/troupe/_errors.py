@@ -105,6 +105,13 @@ class ShutdownError(TroupeError):
     code = "shutdown"
 
 
+class HostLostError(TroupeError):
+    """The worker's host stopped answering heartbeats or was cut off (the message names the host
+    and the worker)."""
+
+    code = "host_lost"
+
+
 class InternalError(TroupeError):
     """A bug in troupe."""
 
@@ -116,7 +123,7 @@ _BY_CODE = {
     for cls in (InvalidArgumentError, UnknownClassError, UnknownMethodError, MethodFailedError,
                 ConstructorFailedError, WorkerDiedError, ConnectionLostError, TimeoutError,
                 ProtocolError, UnauthenticatedError, ExecutableNotFoundError,
-                ResourceUnavailableError, ShutdownError, InternalError)
+                ResourceUnavailableError, ShutdownError, HostLostError, InternalError)
 }
 
 _REMOTE = re.compile(r"raised ([\w.]+): (.*?)\n(Traceback.*)?\Z", re.S)

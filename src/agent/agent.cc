@@ -23,6 +23,7 @@
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
 #include "wire/control.h"
+#include "wire/head_protocol.h"
 #include "worker/worker_env.h"
 
 namespace troupe::agent {
@@ -125,7 +126,16 @@ class Agent {
     transport::async_connect(
         io_, config_.head_endpoint, config_.token, kConnectTimeout,
         [this](std::shared_ptr<transport::Connection> c, const Error* error) {
+          if (shutting_down_) {
+            if (c) c->close(Error(ErrorCode::kShutdown, "agent exiting"));
+            return;
+          }
           if (error) {
+            if (config_.standing && registered_once_) {
+              TROUPE_LOG(Warning) << "cannot reach the head at " << config_.head_endpoint << " ("
+                                  << error->message() << "); trying again";
+              return retry_head();
+            }
             TROUPE_LOG(Error) << "cannot reach the head at " << config_.head_endpoint << ": "
                               << error->message();
             begin_shutdown(4);
@@ -134,14 +144,23 @@ class Agent {
           transport::RpcPeer::Handlers h;
           h.on_close = [this](const Error& reason) {
             if (shutting_down_) return;
+            if (config_.standing) {
+              TROUPE_LOG(Warning) << "lost the head (" << reason.message()
+                                  << "): " << workers_.size()
+                                  << " worker(s) keep running; registering again";
+              head_ = nullptr;
+              return retry_head();
+            }
             TROUPE_LOG(Warning) << "lost the head (" << reason.message()
                                 << "): stopping all workers";
             begin_shutdown(0);
           };
           h.on_request = [this](wire::Request&& r, const transport::Responder& resp) {
-            handle(std::move(r), resp);
+            handle(std::move(r), resp, {});
           };
           head_ = transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h));
+          if (config_.heartbeat_interval.count() > 0)
+            head_->start_heartbeat(config_.heartbeat_interval, config_.heartbeat_timeout);
           control::RegisterAgent reg;
           reg.host_name = config_.host_name;
           reg.address = config_.address;
@@ -152,33 +171,77 @@ class Agent {
           reg.tcp_endpoint = tcp_listener_->endpoint();
           reg.pid = ::getpid();
           reg.machine_id = env::machine_id();
+          reg.network_id = env::network_id();
           reg.memory_bytes = proc::read_meminfo().total_bytes;
+          std::weak_ptr<transport::RpcPeer> weak = head_;
           head_->call(control::RegisterAgent::kMethod, reg.to_map())
-              .then([this](const Future<Value>& f) {
-                if (auto e = f.error()) {
-                  TROUPE_LOG(Error) << "the head refused registration: " << e->message();
-                  asio::post(io_, [this] { begin_shutdown(5); });
-                }
+              .then([this, weak](const Future<Value>& f) {
+                std::optional<Error> refused;
+                if (auto e = f.error()) refused = *e;
+                asio::post(io_, [this, weak, refused] {
+                  if (!refused) {
+                    if (registered_once_) TROUPE_LOG(Info) << "registered with the head again";
+                    registered_once_ = true;
+                    return;
+                  }
+                  if (config_.standing && registered_once_) {
+                    // The head may not have noticed yet that this host's old connection is gone.
+                    TROUPE_LOG(Warning) << "the head refused registration (" << refused->message()
+                                        << "); trying again";
+                    if (auto h = weak.lock()) h->close(*refused);  // its close retries
+                    return;
+                  }
+                  TROUPE_LOG(Error) << "the head refused registration: " << refused->message();
+                  begin_shutdown(5);
+                });
               });
         });
   }
 
+  void retry_head() {
+    auto timer = std::make_shared<asio::steady_timer>(io_, config_.reconnect_interval);
+    timer->async_wait([this, timer](const asio::error_code& ec) {
+      if (!ec && !shutting_down_) connect_head();
+    });
+  }
+
   void accept_client(std::shared_ptr<transport::Connection> c) {
     transport::RpcPeer::Handlers h;
-    h.on_request = [this](wire::Request&& r, const transport::Responder& resp) {
-      handle(std::move(r), resp);
-    };
     auto peer = std::make_shared<std::weak_ptr<transport::RpcPeer>>();
-    h.on_close = [this, peer](const Error&) { clients_.erase(*peer); };
+    h.on_request = [this, peer](wire::Request&& r, const transport::Responder& resp) {
+      handle(std::move(r), resp, *peer);
+    };
+    h.on_close = [this, peer](const Error& reason) {
+      clients_.erase(*peer);
+      if (config_.standing) stop_workers_of(peer->lock().get(), reason);
+    };
     auto p = transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h));
     *peer = p;
     clients_.insert(p);
+    if (config_.standing && config_.heartbeat_interval.count() > 0)
+      p->start_heartbeat(config_.heartbeat_interval, config_.heartbeat_timeout);
   }
 
-  void handle(wire::Request&& r, const transport::Responder& resp) {
+  // The driver that started these workers is gone (its lease ended): stop them.
+  void stop_workers_of(const transport::RpcPeer* owner, const Error& reason) {
+    if (!owner || shutting_down_) return;
+    size_t n = 0;
+    for (auto& [name, w] : workers_)
+      if (w.owner == owner && !w.process->exited()) {
+        w.process->stop(kShutdownGrace);
+        ++n;
+      }
+    if (n > 0)
+      TROUPE_LOG(Warning) << "the driver at " << owner->peer() << " is gone (" << reason.message()
+                          << "): stopping its " << n << " worker(s)";
+  }
+
+  // `from`: the client connection the request came on (empty for the head's).
+  void handle(wire::Request&& r, const transport::Responder& resp,
+              const std::weak_ptr<transport::RpcPeer>& from) {
     try {
       if (r.method == control::StartWorker::kMethod)
-        return start_worker(control::StartWorker::from(r.kwargs), resp);
+        return start_worker(control::StartWorker::from(r.kwargs), resp, from);
       if (r.method == control::StopWorker::kMethod)
         return stop_worker(control::StopWorker::from(r.kwargs), resp);
       if (r.method == "list_workers") return list_workers(resp);
@@ -236,7 +299,8 @@ class Agent {
     return gpus;
   }
 
-  void start_worker(const control::StartWorker& request, const transport::Responder& resp) {
+  void start_worker(const control::StartWorker& request, const transport::Responder& resp,
+                    const std::weak_ptr<transport::RpcPeer>& owner) {
     const std::string& name = request.name;
     if (name.empty()) throw Error(ErrorCode::kInvalidArgument, "a worker needs a name");
     if (!fs::valid_component(name))
@@ -257,6 +321,12 @@ class Agent {
     launch.log_name = name + ".log";
     launch.log_path = config_.session_dir + "/logs/" + launch.log_name;
     launch.log_to_terminal = config_.log_to_terminal && request.log_to_terminal;
+    if (config_.standing && request.log_to_terminal)
+      launch.on_line = [owner, name](const std::string& line, bool is_stderr) {
+        if (auto o = owner.lock())
+          o->send_event(control::WorkerLog::kEvent,
+                        control::WorkerLog{name, 0, is_stderr, {line}}.to_value());
+      };
 
     // The driver sends the whole environment (its own, taken when the worker or its group was
     // created): this host's agent environment is not the user's.
@@ -281,15 +351,15 @@ class Agent {
     auto answered = std::make_shared<bool>(false);
     // The handlers live in the WorkerProcess: they hold it weakly, never in a cycle.
     std::weak_ptr<WorkerProcess> weak = proc;
-    auto on_ready = [this, resp, weak, name, unix_ep, gpus, timer,
-                     answered](std::optional<std::string> line) {
+    auto on_ready = [this, resp, weak, name, unix_ep, gpus, timer, answered,
+                     log_path = launch.log_path](std::optional<std::string> line) {
       auto proc = weak.lock();
       if (*answered || !proc) return;
       if (!line || line->rfind("ready", 0) != 0) return;  // the exit handler reports the failure
       *answered = true;
       timer->cancel();
       std::string tcp = line->size() > 6 ? line->substr(6) : "";
-      control::StartWorkerReply reply{proc->pid(), 0, unix_ep, tcp, gpus};
+      control::StartWorkerReply reply{proc->pid(), 0, unix_ep, tcp, gpus, log_path};
       reply.start_time = static_cast<int64_t>(proc->start_time());
       resp.reply(reply.to_value());
     };
@@ -310,7 +380,8 @@ class Agent {
     };
     ports_.take(request.take_ports);
     proc->start(on_ready, on_exit);  // throws kExecutableNotFound
-    workers_[name] = RunningWorker{proc, gpus, {}, unix_path(unix_ep)};
+    auto owner_peer = owner.lock();
+    workers_[name] = RunningWorker{proc, gpus, {}, unix_path(unix_ep), owner_peer.get()};
     timer->async_wait([this, resp, proc, name, answered, timeout](const asio::error_code& ec) {
       if (ec || *answered) return;
       *answered = true;
@@ -435,6 +506,8 @@ class Agent {
     std::vector<int> gpus;
     std::vector<transport::Responder> stop_waiters;
     std::string socket_path;
+    // The client connection that started it (identity only, never dereferenced).
+    const transport::RpcPeer* owner = nullptr;
   };
   // An exited worker, remembered for stop_worker and list_workers.
   struct Exit {
@@ -455,6 +528,7 @@ class Agent {
   PortBook ports_;
   int next_socket_ = 0;
   bool shutting_down_ = false;
+  bool registered_once_ = false;
   bool shutdown_requested_ = false;  // by a client (the driver), which is alive then
   int exit_code_ = 0;
 };

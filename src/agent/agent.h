@@ -15,7 +15,8 @@
 // Events it sends to every connected client:
 //   worker_exited {name, pid, status, exit_code, signal, stderr_tail}
 //
-// Lifetime: the agent stops all its workers and exits when its connection to the head closes,
+// Lifetime (embedded; see AgentConfig::standing for the standing agent): the agent stops all its
+// workers and exits when its connection to the head closes,
 // on SIGTERM/SIGINT/SIGHUP, and on shutdown. Workers die with it (PR_SET_PDEATHSIG). On exit it
 // removes its workers' sockets, and the head's socket once nothing listens on it (a driver killed
 // with SIGKILL leaves no socket behind).
@@ -27,6 +28,7 @@
 // just before the worker is reaped.
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <set>
@@ -48,6 +50,17 @@ struct AgentConfig {
   std::string socket_dir;
   std::string token;
   bool log_to_terminal = true;
+  // A standing agent (`troupe start --address`) outlives its head and its drivers: when the head
+  // goes it keeps its workers and registers again (every reconnect_interval) until the head is
+  // back; when the connection of the driver that started a worker closes (or stops answering
+  // heartbeats), it stops that worker; it sends the worker's output lines to that driver
+  // (worker_log events) instead of its own terminal. An embedded agent (false) stops everything
+  // and exits when its head goes.
+  bool standing = false;
+  std::chrono::milliseconds reconnect_interval{500};
+  // Heartbeats on the head's and every client's connection (transport RPC-HB); 0: none.
+  std::chrono::milliseconds heartbeat_interval{0};
+  std::chrono::milliseconds heartbeat_timeout{0};
 };
 
 // Reads the configuration that the driver (or `troupe start`) put in the environment.

@@ -133,7 +133,9 @@ void WorkerProcess::emit_line(const std::string& line, bool is_stderr) {
     tail_.push_back(line);
     if (tail_.size() > kTailLines) tail_.pop_front();
   }
-  if (launch_.log_to_terminal) {
+  if (launch_.on_line) {
+    launch_.on_line(line, is_stderr);
+  } else if (launch_.log_to_terminal) {
     std::string l = "(" + launch_.name + " pid=" + std::to_string(pid_) + ") " + line + "\n";
     ssize_t unused = ::write(is_stderr ? STDERR_FILENO : STDOUT_FILENO, l.data(), l.size());
     (void)unused;

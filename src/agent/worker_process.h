@@ -32,6 +32,8 @@ struct WorkerLaunch {
   std::string log_name;              // the log file in it, opened with O_NOFOLLOW
   std::string log_path;              // for messages
   bool log_to_terminal = true;
+  // When set, receives each output line (I/O thread) instead of the agent's terminal.
+  std::function<void(const std::string& line, bool is_stderr)> on_line;
 };
 
 class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {

@@ -75,6 +75,16 @@ int main(int argc, char** argv) {
   start_cmd->add_option("--labels", labels, "host labels, k=v,k=v");
   start_cmd->add_option("--host-name", agent.host_name, "this host's name (default: hostname)");
   start_cmd->add_flag("--block", head.block, "stay in the foreground");
+  start_cmd
+      ->add_option("--heartbeat-ms", head.heartbeat_ms,
+                   "heartbeat interval between the head, agents and drivers")
+      ->check(CLI::Range(10, 60000))
+      ->capture_default_str();
+  start_cmd
+      ->add_option("--host-lost-ms", head.host_lost_ms,
+                   "a peer silent this long is lost (a host for the head, a driver for an agent)")
+      ->check(CLI::Range(50, 600000))
+      ->capture_default_str();
 
   CLI::App* stop_cmd =
       app.add_subcommand("stop", "stop this host's standing-cluster daemons and their workers");
@@ -127,6 +137,8 @@ int main(int argc, char** argv) {
     agent.node_ip_address = head.node_ip_address;
     agent.token_file = head.token_file;
     agent.block = head.block;
+    agent.heartbeat_ms = head.heartbeat_ms;
+    agent.host_lost_ms = head.host_lost_ms;
     return troupe::cli::run_start_agent(agent);
   }
   if (*stop_cmd) return troupe::cli::run_stop();

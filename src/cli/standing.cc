@@ -240,6 +240,8 @@ int run_start_head(const StartHeadOptions& o) {
         std::fprintf(stderr, "troupe head: cannot listen on %s: %s\n", address.c_str(), e.what());
         return 1;
       }
+      head->set_heartbeat(std::chrono::milliseconds(o.heartbeat_ms),
+                          std::chrono::milliseconds(o.host_lost_ms));
       head::Head* h = head.get();
       // The bound address (port 0 asks for any free port).
       std::string bound = head->endpoint().substr(4);  // "tcp:IP:PORT"
@@ -303,6 +305,9 @@ int run_start_agent(const StartAgentOptions& o) {
     fs::open_private_dir(c.session_dir, true);
     c.socket_dir = c.session_dir + "/sockets";
     c.log_to_terminal = false;
+    c.standing = true;
+    c.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
+    c.heartbeat_timeout = std::chrono::milliseconds(o.host_lost_ms);
     const std::string log = dir + "/agent-" + c.host_name + ".log";
     const std::string pidfile = dir + "/agent-" + c.host_name + ".pid";
     auto body = [&](int ready_fd) -> int {

@@ -10,12 +10,18 @@ namespace troupe::cli {
 
 // The default port of a standing cluster's head.
 inline constexpr int kDefaultHeadPort = 16380;
+inline constexpr int kDefaultHeartbeatMs = 100;
+inline constexpr int kDefaultHostLostMs = 700;
 
 struct StartHeadOptions {
   std::string node_ip_address;  // empty: this host's primary IPv4 address
   int port = kDefaultHeadPort;
   std::string token_file;  // empty: TROUPE_TOKEN, else a new token in the run directory
   bool block = false;      // stay in the foreground instead of daemonizing
+  // Liveness (transport RPC-HB): heartbeats every heartbeat_ms; a peer silent for host_lost_ms
+  // is lost. The defaults declare a hung or cut-off host lost within a second.
+  int heartbeat_ms = kDefaultHeartbeatMs;
+  int host_lost_ms = kDefaultHostLostMs;
 };
 
 struct StartAgentOptions {
@@ -27,6 +33,8 @@ struct StartAgentOptions {
   std::map<std::string, std::string> labels;
   std::string token_file;  // empty: TROUPE_TOKEN, else the run directory's token
   bool block = false;
+  int heartbeat_ms = kDefaultHeartbeatMs;  // as for the head
+  int host_lost_ms = kDefaultHostLostMs;
 };
 
 // Each returns the process exit code. Without `block` they return once the daemon is ready

@@ -58,7 +58,7 @@ void print(const Value& status) {
                   str(h.find("agent_pid")).c_str(),
                   h.find("alive") && h.find("alive")->is_bool() && h.find("alive")->as_bool()
                       ? "up  "
-                      : "DOWN",
+                      : "LOST",
                   mib(h.find("memory_available")).c_str(), mib(h.find("memory_total")).c_str());
       std::printf("    %s CPUs, %s GPUs\n", str(h.find("cpus")).c_str(),
                   str(h.find("gpus")).c_str());

@@ -59,4 +59,10 @@ std::string machine_id() {
   return id;
 }
 
+std::string network_id() {
+  char buf[128] = {};
+  ssize_t n = ::readlink("/proc/self/ns/net", buf, sizeof(buf) - 1);
+  return machine_id() + "/" + (n > 0 ? std::string(buf, static_cast<size_t>(n)) : "");
+}
+
 }  // namespace troupe::env

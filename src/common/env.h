@@ -22,5 +22,9 @@ std::string self_executable();
 // Identifies this machine's boot (/proc/sys/kernel/random/boot_id): processes with the same id
 // share a kernel, so Unix sockets and process groups are reachable between them.
 std::string machine_id();
+// Identifies this machine's boot and network namespace: processes with the same id reach each
+// other's Unix sockets and see the same addresses (a network namespace is a host of its own in
+// multi-host tests).
+std::string network_id();
 
 }  // namespace troupe::env

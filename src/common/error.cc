@@ -5,7 +5,7 @@
 
 namespace troupe {
 namespace {
-constexpr std::array<std::pair<ErrorCode, const char*>, 15> kNames = {{
+constexpr std::array<std::pair<ErrorCode, const char*>, 16> kNames = {{
     {ErrorCode::kOk, "ok"},
     {ErrorCode::kInvalidArgument, "invalid_argument"},
     {ErrorCode::kUnknownClass, "unknown_class"},
@@ -20,6 +20,7 @@ constexpr std::array<std::pair<ErrorCode, const char*>, 15> kNames = {{
     {ErrorCode::kExecutableNotFound, "executable_not_found"},
     {ErrorCode::kResourceUnavailable, "resource_unavailable"},
     {ErrorCode::kShutdown, "shutdown"},
+    {ErrorCode::kHostLost, "host_lost"},
     {ErrorCode::kInternal, "internal"},
 }};
 }  // namespace

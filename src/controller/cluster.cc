@@ -17,6 +17,7 @@
 #include "controller/cluster_impl.h"
 #include "troupe/worker_class.h"
 #include "wire/control.h"
+#include "wire/head_protocol.h"
 #include "worker/worker_env.h"
 
 namespace troupe {
@@ -43,9 +44,23 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
     throw Error(ErrorCode::kInternal,
                 "this process was started by troupe as a " + *env::get(worker_env::kRole) +
                     ", but main() did not call troupe::init(argc, argv) first");
+  std::string address =
+      options_.address.empty() ? env::get_or("TROUPE_ADDRESS", "") : options_.address;
+  if (!address.empty()) {
+    standing_ = true;
+    make_session_dir(false);
+    loop_ = std::make_unique<transport::IoLoop>();
+    try {
+      connect_standing(address);
+    } catch (...) {
+      shutdown();
+      throw;
+    }
+    return;
+  }
   if (options_.hosts.empty())
     throw Error(ErrorCode::kInvalidArgument, "a cluster needs at least one host");
-  make_session_dir();
+  make_session_dir(true);
   token_ = env::get_or("TROUPE_TOKEN", "");
   if (token_.empty()) {
     token_ = token::generate();
@@ -55,6 +70,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
   try {
     head_ = std::make_unique<head::Head>(loop_->context(),
                                          "unix:" + session_.socket_dir + "/head.sock", token_);
+    head_client_ = make_embedded_head_client(*head_);
     start_agents();
     connect_agents();
     head_->set_status_provider([this] { return status(); });
@@ -66,9 +82,9 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
 
 ClusterImpl::~ClusterImpl() { shutdown(); }
 
-void ClusterImpl::make_session_dir() {
+void ClusterImpl::make_session_dir(bool with_hosts) {
   std::vector<std::string> names;
-  for (size_t i = 0; i < options_.hosts.size(); ++i) {
+  for (size_t i = 0; with_hosts && i < options_.hosts.size(); ++i) {
     if (options_.hosts[i].name.empty()) options_.hosts[i].name = "host-" + std::to_string(i);
     names.push_back(options_.hosts[i].name);
   }
@@ -146,46 +162,78 @@ void ClusterImpl::start_agents() {
 
 void ClusterImpl::connect_agents() {
   for (size_t i = 0; i < agents_.size(); ++i) {
-    std::promise<std::shared_ptr<transport::RpcPeer>> done;
-    auto fut = done.get_future();
-    transport::async_connect(
-        loop_->context(), host_records_[i].unix_endpoint, token_, kConnectTimeout,
-        [this, i, &done](std::shared_ptr<transport::Connection> c, const Error* error) {
-          if (error) {
-            done.set_exception(std::make_exception_ptr(*error));
-            return;
-          }
-          transport::RpcPeer::Handlers h;
-          h.on_event = [this, i](wire::Event&& e) { on_agent_event(i, std::move(e)); };
-          h.on_close = [this, i](const Error& reason) {
-            std::vector<std::shared_ptr<WorkerState>> lost;
-            {
-              std::lock_guard<std::mutex> lock(mu_);
-              if (shut_down_) return;
-              for (const auto& [name, w] : workers_)
-                if (w->host() == i) lost.push_back(w);
-            }
-            // Workers die with their agent (parent-death signal); on this machine the driver
-            // also kills their process groups, so that no child a worker forked survives.
-            // Only with proof that the group is still the worker's: `lost` holds no worker
-            // known dead, and signal_group_if_ours checks pid and start time. A worker already
-            // reaped by whoever adopted it (init) leaves a group that is no longer provably
-            // ours: its members are left alone.
-            bool local = host_records_[i].machine_id == env::machine_id();
-            for (const auto& w : lost) {
-              if (local && w->pid() > 0 && w->start_time() > 0)
-                process::signal_group_if_ours(w->pid(), w->start_time(), SIGKILL);
-              w->mark_dead(w->death_error("its agent on " + agents_[i].host_name + " is gone (" +
-                                          reason.message() + ")"));
-            }
-          };
-          done.set_value(transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h)));
-        });
-    agents_[i].peer = fut.get();
+    auto peer = open_agent(i, host_records_[i].unix_endpoint);
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    agents_[i].peer = peer;
+  }
+}
+
+std::shared_ptr<transport::RpcPeer> ClusterImpl::open_agent(size_t host,
+                                                            const std::string& endpoint) {
+  std::promise<std::shared_ptr<transport::RpcPeer>> done;
+  auto fut = done.get_future();
+  transport::async_connect(
+      loop_->context(), endpoint, token_, kConnectTimeout,
+      [this, host, &done](std::shared_ptr<transport::Connection> c, const Error* error) {
+        if (error) {
+          done.set_exception(std::make_exception_ptr(*error));
+          return;
+        }
+        auto self = std::make_shared<const transport::RpcPeer*>(nullptr);
+        transport::RpcPeer::Handlers h;
+        h.on_event = [this, host](wire::Event&& e) { on_agent_event(host, std::move(e)); };
+        h.on_close = [this, host, self](const Error& reason) {
+          on_agent_lost(host, *self, reason);
+        };
+        auto peer = transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h));
+        *self = peer.get();
+        done.set_value(peer);
+      });
+  return fut.get();
+}
+
+void ClusterImpl::on_agent_lost(size_t host, const transport::RpcPeer* peer, const Error& reason) {
+  std::vector<std::shared_ptr<WorkerState>> lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return;
+    for (const auto& [name, w] : workers_) {
+      if (w->host() != host) continue;
+      auto agent = w->agent.lock();
+      if (!agent || agent.get() == peer) lost.push_back(w);
+    }
+  }
+  std::string host_name, address;
+  bool local = false;
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    host_name = agents_.at(host).host_name;
+    address = host_records_.at(host).address;
+    local = host_records_.at(host).machine_id == env::machine_id();
+  }
+  if (standing_ && !lost.empty())
+    TROUPE_LOG(Warning) << "host " << host_name << " (" << address << ") is lost ("
+                        << reason.message() << "): " << lost.size() << " worker(s) lost with it";
+  // Workers die with their agent (parent-death signal); on this machine the driver also kills
+  // their process groups, so that no child a worker forked survives. Only with proof that the
+  // group is still the worker's: `lost` holds no worker known dead, and signal_group_if_ours
+  // checks pid and start time. A worker already reaped by whoever adopted it (init) leaves a
+  // group that is no longer provably ours: its members are left alone.
+  for (const auto& w : lost) {
+    if (local && w->pid() > 0 && w->start_time() > 0)
+      process::signal_group_if_ours(w->pid(), w->start_time(), SIGKILL);
+    if (standing_)
+      w->mark_dead(Error(ErrorCode::kHostLost, w->describe() + " is lost with its host " +
+                                                   host_name + " (" + address +
+                                                   "): " + reason.message()));
+    else
+      w->mark_dead(
+          w->death_error("its agent on " + host_name + " is gone (" + reason.message() + ")"));
   }
 }
 
 void ClusterImpl::on_agent_event(size_t host, wire::Event&& event) {
+  if (event.name == control::WorkerLog::kEvent) return print_worker_log(std::move(event));
   if (event.name != control::WorkerExited::kEvent) return;
   control::WorkerExited exited;
   try {
@@ -197,7 +245,7 @@ void ClusterImpl::on_agent_event(size_t host, wire::Event&& event) {
   std::shared_ptr<WorkerState> w;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = workers_.find(exited.name);
+    auto it = workers_.find(user_name(exited.name));
     if (it == workers_.end() || it->second->host() != host) return;
     w = it->second;
   }
@@ -205,10 +253,18 @@ void ClusterImpl::on_agent_event(size_t host, wire::Event&& event) {
 }
 
 Worker ClusterImpl::start_worker(WorkerOptions options) {
-  if (options.host >= agents_.size())
-    throw Error(ErrorCode::kInvalidArgument, "host index " + std::to_string(options.host) +
-                                                 " is out of range: the cluster has " +
-                                                 std::to_string(agents_.size()) + " hosts");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) throw Error(ErrorCode::kShutdown, "the cluster is shut down");
+  }
+  std::shared_ptr<transport::RpcPeer> agent_peer = agent(options.host);  // throws
+  std::string host_name;
+  bool same_network = true;
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    host_name = agents_[options.host].host_name;
+    same_network = agents_[options.host].same_network;
+  }
   bool mapped = has_executable(options.class_name);
   if (!mapped && !detail::find_class(options.class_name)) {
     std::string known;
@@ -229,8 +285,9 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     if (auto it = workers_.find(options.name); it != workers_.end() && it->second->alive())
       throw Error(ErrorCode::kInvalidArgument, "a worker named '" + options.name + "' exists");
     worker = std::make_shared<WorkerState>(loop_->context(), options.name, options.class_name,
-                                           options.host, agents_[options.host].host_name);
-    worker->agent = agents_[options.host].peer;
+                                           options.host, host_name);
+    worker->agent = agent_peer;
+    worker->agent_name = id_prefix_ + options.name;
     worker->group = options.group;
     worker->rank = options.rank;
     std::weak_ptr<WorkerState> weak = worker;
@@ -239,7 +296,7 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     };
     workers_[options.name] = worker;
   }
-  launch(worker, options);
+  launch(worker, options, agent_peer, same_network);
   return Worker(worker);
 }
 
@@ -251,7 +308,56 @@ std::map<std::string, std::string> ClusterImpl::inheritable_environment() {
   return vars;
 }
 
-void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options) {
+std::shared_ptr<transport::RpcPeer> ClusterImpl::connected_agent(size_t host) const {
+  std::lock_guard<std::mutex> lock(hosts_mu_);
+  if (host < agents_.size() && agents_[host].peer && !agents_[host].peer->closed())
+    return agents_[host].peer;
+  return nullptr;
+}
+
+std::shared_ptr<transport::RpcPeer> ClusterImpl::agent(size_t host) {
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    if (host < agents_.size() && agents_[host].peer && !agents_[host].peer->closed())
+      return agents_[host].peer;
+    if (!standing_) {
+      if (host >= agents_.size())
+        throw Error(ErrorCode::kInvalidArgument, "host index " + std::to_string(host) +
+                                                     " is out of range: the cluster has " +
+                                                     std::to_string(agents_.size()) + " hosts");
+      return agents_[host].peer;  // closed: calls on it fail naming the agent
+    }
+  }
+  refresh_hosts();
+  head::HostRecord record;
+  bool same_network = false;
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    if (host >= host_records_.size())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "host index " + std::to_string(host) + " is out of range: the cluster at " +
+                      head_address_ + " has " + std::to_string(host_records_.size()) + " hosts");
+    record = host_records_[host];
+    same_network = agents_[host].same_network;
+  }
+  if (!record.alive)
+    throw Error(ErrorCode::kHostLost, "host " + record.host_name + " (id " + std::to_string(host) +
+                                          ", " + record.address +
+                                          ") is lost: its agent is not connected to the head");
+  auto peer = open_agent(host, same_network ? record.unix_endpoint : record.tcp_endpoint);
+  peer->start_heartbeat(options_.heartbeat_interval, options_.host_lost_timeout);
+  std::lock_guard<std::mutex> lock(hosts_mu_);
+  auto& link = agents_[host];
+  if (link.peer && !link.peer->closed()) {  // another thread connected meanwhile
+    peer->close(Error(ErrorCode::kShutdown, "a duplicate connection"));
+    return link.peer;
+  }
+  link.peer = peer;
+  return peer;
+}
+
+void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options,
+                         std::shared_ptr<transport::RpcPeer> agent, bool same_network) {
   std::map<std::string, std::string> vars;
   if (options.inherit_driver_environment) vars = inheritable_environment();
   for (const auto& [k, v] : options.env) vars[k] = v;
@@ -265,7 +371,7 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
         break;
       }
   control::StartWorker request;
-  request.name = options.name;
+  request.name = worker->agent_name;
   request.gpus = options.gpus;
   request.num_gpus = options.num_gpus;
   request.wrapper = wrapper;
@@ -276,17 +382,18 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
     request.executable = exe->path;
     request.args = exe->args;
     for (const auto& [k, v] : exe->env) vars.emplace(k, v);
+  } else if (standing_) {
+    request.executable = env::self_executable();  // the agent's own binary is `troupe`
   }
   request.env = std::move(vars);
   std::string log_path = session_dir_ + "/logs/" + options.name + ".log";
-  auto agent = agents_[options.host].peer;
   Kwargs ctor_args = options.args;
   std::string token = token_;
   asio::io_context& io = loop_->context();
   agent
       ->call(control::StartWorker::kMethod, request.to_map(),
              "start of worker '" + options.name + "'")
-      .then([worker, ctor_args, token, log_path, &io](const Future<Value>& f) {
+      .then([worker, ctor_args, token, log_path, same_network, &io](const Future<Value>& f) {
         if (auto e = f.error()) {
           worker->mark_dead(
               Error(e->code(), "cannot start " + worker->describe() + ": " + e->message()));
@@ -301,8 +408,14 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
           return;
         }
         worker->on_started(static_cast<pid_t>(started.pid),
-                           static_cast<uint64_t>(started.start_time), started.gpus, log_path);
-        std::string endpoint = started.unix_endpoint;
+                           static_cast<uint64_t>(started.start_time), started.gpus,
+                           started.log_path.empty() ? log_path : started.log_path);
+        // Unix sockets on this host; TCP to workers on other hosts.
+        std::string endpoint = same_network ? started.unix_endpoint : started.tcp_endpoint;
+        if (endpoint.empty()) {
+          worker->mark_dead(worker->death_error("it has no TCP endpoint to reach it from here"));
+          return;
+        }
         transport::async_connect(
             io, endpoint, token, kConnectTimeout,
             [worker, ctor_args](std::shared_ptr<transport::Connection> c, const Error* error) {
@@ -327,7 +440,7 @@ std::vector<std::string> ClusterImpl::stop_workers(
     }
     auto agent = w->agent.lock();
     stops.push_back(agent ? agent->call(control::StopWorker::kMethod,
-                                        control::StopWorker{w->name(), grace.count()}.to_map())
+                                        control::StopWorker{w->agent_name, grace.count()}.to_map())
                           : make_failed_future(Error(ErrorCode::kConnectionLost, "no agent")));
   }
   std::vector<std::string> out;
@@ -374,29 +487,34 @@ void ClusterImpl::forget_group(const std::string& name) {
 
 std::vector<HostMemory> ClusterImpl::host_memory(std::chrono::milliseconds timeout) const {
   std::vector<Future<Value>> answers;
-  for (const auto& a : agents_)
+  std::vector<AgentProcess> agents;
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    agents = agents_;
+  }
+  for (const auto& a : agents)
     answers.push_back(a.peer && !a.peer->closed()
                           ? a.peer->call("memory", {})
                           : make_failed_future(Error(ErrorCode::kConnectionLost, "gone")));
   auto deadline = Clock::now() + timeout;
   std::vector<HostMemory> out;
-  for (size_t i = 0; i < agents_.size(); ++i) {
+  for (size_t i = 0; i < agents.size(); ++i) {
     if (!answers[i].state()->wait_until(deadline) || answers[i].error()) continue;
     control::MemoryReply reply;
     try {
       reply = control::MemoryReply::from(answers[i].get());
     } catch (const Error& e) {
-      TROUPE_LOG(Warning) << "memory of " << agents_[i].host_name << ": " << e.message();
+      TROUPE_LOG(Warning) << "memory of " << agents[i].host_name << ": " << e.message();
       continue;
     }
     HostMemory m;
-    m.host = agents_[i].host_name;
+    m.host = agents[i].host_name;
     m.total_bytes = reply.total_bytes;
     m.available_bytes = reply.available_bytes;
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& g : groups_) m.group_bytes[g] = 0;
     for (const auto& [name, bytes] : reply.workers) {
-      auto it = workers_.find(name);
+      auto it = workers_.find(user_name(name));
       if (it == workers_.end() || !groups_.count(it->second->group)) continue;
       m.group_bytes[it->second->group] += bytes;
     }
@@ -408,7 +526,12 @@ std::vector<HostMemory> ClusterImpl::host_memory(std::chrono::milliseconds timeo
 Value ClusterImpl::status() const {
   Array hosts;
   auto memory = host_memory(std::chrono::seconds(10));
-  auto free = head_ ? head_->describe_free() : std::vector<std::string>{};
+  std::vector<std::string> free;
+  try {
+    if (head_client_) free = head_client_->describe_free();
+  } catch (const Error& e) {
+    TROUPE_LOG(Warning) << "status: " << e.message();
+  }
   for (const auto& h : this->hosts()) {
     Map host{{"name", h.name},     {"address", h.address},
              {"cpus", h.num_cpus}, {"gpus", static_cast<int64_t>(h.gpu_ids.size())},
@@ -439,7 +562,15 @@ Value ClusterImpl::status() const {
 }
 
 std::vector<HostInfo> ClusterImpl::hosts() const {
+  if (standing_) {
+    try {
+      refresh_hosts();
+    } catch (const Error& e) {
+      TROUPE_LOG(Warning) << "the host list may be stale: " << e.message();
+    }
+  }
   std::vector<HostInfo> out;
+  std::lock_guard<std::mutex> lock(hosts_mu_);
   for (size_t i = 0; i < host_records_.size(); ++i) {
     const auto& r = host_records_[i];
     HostInfo h;
@@ -449,8 +580,8 @@ std::vector<HostInfo> ClusterImpl::hosts() const {
     h.num_cpus = r.num_cpus;
     h.gpu_ids = r.gpu_ids;
     h.labels = r.labels;
-    h.agent_pid = agents_[i].pid;
-    h.alive = agents_[i].peer && !agents_[i].peer->closed();
+    h.agent_pid = standing_ ? r.agent_pid : agents_[i].pid;
+    h.alive = standing_ ? r.alive : agents_[i].peer && !agents_[i].peer->closed();
     out.push_back(h);
   }
   return out;
@@ -478,6 +609,7 @@ void ClusterImpl::wait_agents_exit(std::chrono::milliseconds timeout) {
 
 void ClusterImpl::shutdown() {
   std::lock_guard<std::mutex> serial(shutdown_mu_);
+  if (standing_) return shutdown_standing();
   std::map<std::string, std::shared_ptr<WorkerState>> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);

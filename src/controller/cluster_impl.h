@@ -1,4 +1,5 @@
-// The driver side of a Cluster: the embedded head, the agent processes and the workers.
+// The driver side of a Cluster: the embedded head, the agent processes and the workers; or, on a
+// standing cluster (cluster_standing.cc), connections to its head and to its hosts' agents.
 //
 // Threads: public functions are thread-safe. Network callbacks run on the I/O thread of
 // `loop_`; agent processes are spawned from that thread too, so their parent-death signal is
@@ -20,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/head_client.h"
 #include "controller/session_dir.h"
 #include "controller/worker_state.h"
 #include "head/head.h"
@@ -54,9 +56,25 @@ class ClusterImpl {
   const std::string& session_dir() const { return session_dir_; }
   const std::string& token() const { return token_; }
   transport::IoLoop& loop() { return *loop_; }
+  // The embedded head (null on a standing cluster).
   head::Head& head() { return *head_; }
-  // The control connection to the agent of `host`.
-  std::shared_ptr<transport::RpcPeer> agent(size_t host) const { return agents_.at(host).peer; }
+  // Placement and the host list, embedded or standing.
+  HeadClient& head_client() { return *head_client_; }
+  bool standing() const { return standing_; }
+  // What makes this driver's names unique on a standing cluster that other drivers share
+  // (placement groups, port owners, worker names as agents know them); empty when embedded.
+  const std::string& id_prefix() const { return id_prefix_; }
+  // A worker's name as its agent reported it, less id_prefix().
+  std::string user_name(const std::string& agent_name) const {
+    return agent_name.rfind(id_prefix_, 0) == 0 ? agent_name.substr(id_prefix_.size()) : agent_name;
+  }
+  // The control connection to the agent of `host`; on a standing cluster it is opened (blocking)
+  // when there is none yet or the last one was lost. Throws Error(kInvalidArgument) for an
+  // unknown host, kHostLost for a lost one. Not on the I/O thread.
+  std::shared_ptr<transport::RpcPeer> agent(size_t host);
+  // The open control connection to the agent of `host`, or null; never connects, never throws.
+  // For releases and stops, which have nothing to undo on a host that is gone.
+  std::shared_ptr<transport::RpcPeer> connected_agent(size_t host) const;
   void shutdown();
   std::vector<HostMemory> host_memory(std::chrono::milliseconds timeout) const;
   // Worker groups whose memory host_memory reports.
@@ -72,15 +90,28 @@ class ClusterImpl {
  private:
   struct AgentProcess {
     std::string host_name;
-    pid_t pid = 0;
+    pid_t pid = 0;  // embedded: the agent is our child; 0 on a standing cluster
     std::shared_ptr<transport::RpcPeer> peer;  // the driver's control connection
+    bool same_network = true;  // its workers are reached over Unix sockets (else TCP)
   };
 
-  void make_session_dir();
+  void make_session_dir(bool with_hosts);
   void start_agents();
   void connect_agents();
+  // Opens and authenticates a control connection to the agent of `host` (blocking).
+  std::shared_ptr<transport::RpcPeer> open_agent(size_t host, const std::string& endpoint);
   void on_agent_event(size_t host, wire::Event&& event);
-  void launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options);
+  // The connection `peer` to the agent of `host` closed: its workers are gone (embedded) or
+  // lost with their host (standing). I/O thread.
+  void on_agent_lost(size_t host, const transport::RpcPeer* peer, const Error& reason);
+  void launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options,
+              std::shared_ptr<transport::RpcPeer> agent, bool same_network);
+  // Standing cluster (cluster_standing.cc).
+  void connect_standing(const std::string& address);
+  void refresh_hosts() const;  // reads the head's host list into host_records_ and agents_
+  void on_head_event(wire::Event&& event);
+  void print_worker_log(wire::Event&& event);
+  void shutdown_standing();
   void wait_agents_exit(std::chrono::milliseconds timeout);
 
   void forget(const std::shared_ptr<WorkerState>& worker);
@@ -91,8 +122,17 @@ class ClusterImpl {
   std::string token_;
   std::unique_ptr<transport::IoLoop> loop_;
   std::unique_ptr<head::Head> head_;
-  std::vector<AgentProcess> agents_;
-  std::vector<head::HostRecord> host_records_;  // by host index
+  bool standing_ = false;
+  std::string head_address_;  // standing: HOST:PORT
+  std::string id_prefix_;
+  std::shared_ptr<transport::RpcPeer> head_peer_;  // standing: the connection to the head
+  std::unique_ptr<HeadClient> head_client_;
+  // Guards agents_ and host_records_, which grow when hosts join a standing cluster. Never held
+  // while waiting for the I/O thread.
+  mutable std::mutex hosts_mu_;
+  // By host id; mutable: a standing cluster's list is refreshed from the head when read.
+  mutable std::vector<AgentProcess> agents_;
+  mutable std::vector<head::HostRecord> host_records_;
 
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<WorkerState>> workers_;  // not dead yet

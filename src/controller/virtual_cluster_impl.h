@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log.h"
 #include "controller/cluster_impl.h"
 #include "head/placement.h"
 #include "troupe/virtual_cluster.h"
@@ -25,7 +26,7 @@ class VirtualClusterImpl {
   VirtualClusterImpl(Cluster& runtime, VirtualClusterOptions options)
       : runtime_(runtime), options_(std::move(options)) {
     validate();
-    id_ = options_.name + "-" + std::to_string(next_cluster_id++);
+    id_ = runtime_.impl().id_prefix() + options_.name + "-" + std::to_string(next_cluster_id++);
     reserve_with_retries();
   }
   ~VirtualClusterImpl() { shutdown(); }
@@ -95,8 +96,8 @@ class VirtualClusterImpl {
       hosts = ports_hosts_;
     }
     for (size_t host : hosts) {
-      auto agent = runtime_.impl().agent(host);
-      if (agent && !agent->closed())
+      auto agent = runtime_.impl().connected_agent(host);
+      if (agent)
         agent
             ->call(wire::control::ReleasePorts::kMethod,
                    wire::control::ReleasePorts{owner}.to_map())
@@ -108,10 +109,17 @@ class VirtualClusterImpl {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    for (const auto& g : groups_) runtime_.impl().head().release(g.id);
+    for (const auto& g : groups_) {
+      try {
+        runtime_.impl().head_client().release(g.id);
+      } catch (const Error& e) {
+        TROUPE_LOG(Warning) << "virtual cluster " << id_ << ": cannot release " << g.id << ": "
+                            << e.message();
+      }
+    }
     for (size_t host : ports_hosts_) {
-      auto agent = runtime_.impl().agent(host);
-      if (agent && !agent->closed())
+      auto agent = runtime_.impl().connected_agent(host);
+      if (agent)
         agent->call(wire::control::ReleasePorts::kMethod, wire::control::ReleasePorts{id_}.to_map())
             .wait_for(std::chrono::seconds(5));
     }
@@ -173,7 +181,7 @@ class VirtualClusterImpl {
         strategies.push_back(PlacementStrategy::kStrictPack);
       }
     }
-    auto& head = runtime_.impl().head();
+    auto& head = runtime_.impl().head_client();
     auto hosts = runtime_.hosts();
     std::vector<PlacementGroup> groups;
     try {
@@ -202,7 +210,12 @@ class VirtualClusterImpl {
         groups.push_back(std::move(g));
       }
     } catch (...) {
-      for (const auto& g : groups) head.release(g.id);
+      for (const auto& g : groups) {
+        try {
+          head.release(g.id);
+        } catch (const Error&) {  // the head is gone: nothing stays reserved there
+        }
+      }
       throw;
     }
     groups_ = std::move(groups);
@@ -211,7 +224,7 @@ class VirtualClusterImpl {
   // A per-node group goes to a host that no earlier group of this cluster uses, when one fits,
   // so that node i of the cluster is a host of its own.
   std::vector<head::BundlePlacement> reserve_node_group(
-      head::Head& head, const std::string& id, const std::vector<head::BundleRequest>& bundles,
+      HeadClient& head, const std::string& id, const std::vector<head::BundleRequest>& bundles,
       const std::vector<PlacementGroup>& earlier, size_t host_count) {
     std::set<size_t> used;
     for (const auto& g : earlier)

@@ -65,7 +65,8 @@ WorkerGroupImpl::WorkerGroupImpl(VirtualCluster& cluster, WorkerBuilder builder,
       driver_env_(ClusterImpl::inheritable_environment()) {
   static std::atomic<int> next_group_id{0};
   name_ = options_.name_prefix;
-  port_owner_ = "group-" + name_ + "-" + std::to_string(next_group_id++);
+  port_owner_ = "group-" + cluster_.runtime().impl().id_prefix() + name_ + "-" +
+                std::to_string(next_group_id++);
   std::vector<TiedGroup> groups = tied_groups();
   size_t n = 0;
   for (const auto& g : groups) n += g.second.size();

@@ -81,6 +81,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   // Set once at creation: the control connection to the worker's agent, and the worker group
   // and rank it belongs to (empty / -1 outside a group).
   std::weak_ptr<transport::RpcPeer> agent;
+  std::string agent_name;  // the name its agent knows it by (ClusterImpl::id_prefix() + name)
   std::string group;
   int rank = -1;
   // Set once at creation: called once, on whichever thread marks the worker dead, with no lock

@@ -2,6 +2,7 @@
 
 #include "common/log.h"
 #include "wire/control.h"
+#include "wire/head_protocol.h"
 
 namespace troupe::head {
 namespace {
@@ -45,10 +46,17 @@ void Head::close() {
   for (auto& a : agents) a->close(Error(ErrorCode::kShutdown, "head closed"));
 }
 
+void Head::set_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(mu_);
+  heartbeat_interval_ = interval;
+  heartbeat_timeout_ = timeout;
+}
+
 void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
   auto index = std::make_shared<int>(-1);
+  auto self = std::make_shared<std::weak_ptr<transport::RpcPeer>>();
   transport::RpcPeer::Handlers h;
-  h.on_request = [this, index](wire::Request&& r, const transport::Responder& resp) {
+  h.on_request = [this, index, self](wire::Request&& r, const transport::Responder& resp) {
     if (r.method == "status") {
       std::lock_guard<std::mutex> lock(mu_);
       if (!status_provider_) {
@@ -60,60 +68,33 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       cv_.notify_all();
       return;
     }
-    if (r.method != wire::control::RegisterAgent::kMethod) {
-      resp.fail(Error(ErrorCode::kUnknownMethod, "the head has no method '" + r.method + "'"));
-      return;
+    if (r.method == wire::control::RegisterAgent::kMethod) {
+      auto peer = self->lock();
+      return register_agent(index, r.kwargs, resp, peer.get());
     }
-    HostRecord rec;
-    try {
-      auto m = wire::control::RegisterAgent::from(r.kwargs);
-      if (m.host_name.empty()) throw Error(ErrorCode::kInvalidArgument, "host_name is empty");
-      rec.host_name = m.host_name;
-      rec.address = m.address;
-      rec.num_cpus = m.num_cpus;
-      rec.gpu_ids = m.gpu_ids;
-      rec.labels = m.labels;
-      rec.unix_endpoint = m.unix_endpoint;
-      rec.tcp_endpoint = m.tcp_endpoint;
-      rec.agent_pid = static_cast<pid_t>(m.pid);
-      rec.machine_id = m.machine_id;
-      rec.memory_bytes = m.memory_bytes;
-      ResourceBook valid({capacity_of(rec)});  // finite, non-negative, distinct GPU ids
-    } catch (const Error& e) {
-      resp.fail(Error(ErrorCode::kInvalidArgument, e.message()));
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& h : hosts_)
-        if (h.host_name == rec.host_name && h.alive) {
-          resp.fail(Error(ErrorCode::kInvalidArgument,
-                          "a host named '" + rec.host_name + "' is already registered"));
-          return;
-        }
-      // A host the head was told to expect takes its reserved id; any other gets the next.
-      *index = -1;
-      for (size_t i = 0; i < hosts_.size() && *index < 0; ++i)
-        if (!hosts_[i].registered && hosts_[i].host_name == rec.host_name)
-          *index = static_cast<int>(i);
-      if (*index < 0) {
-        *index = static_cast<int>(hosts_.size());
-        hosts_.push_back(rec);
-      } else {
-        hosts_[*index] = rec;
-      }
-      // A host that joins after the first reservation is placed on too.
-      if (book_) book_->upsert_host(*index, capacity_of(rec));
-      ++registered_;
-    }
-    TROUPE_LOG(Info) << "host " << rec.host_name << " registered (" << rec.address << ", "
-                     << rec.num_cpus << " CPUs, " << rec.gpu_ids.size() << " GPUs)";
-    cv_.notify_all();
-    resp.reply(wire::control::RegisterAgentReply{*index}.to_value());
+    serve_driver_request(std::move(r), resp, self->lock());
   };
-  h.on_close = [this, index](const Error& reason) {
+  h.on_close = [this, index, self](const Error& reason) {
     std::function<void(const HostRecord&)> callback;
     HostRecord rec;
+    std::vector<std::shared_ptr<transport::RpcPeer>> clients;
+    std::set<std::string> leased;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (auto peer = self->lock()) {
+        std::erase(agents_, peer);
+        agent_peers_.erase(peer.get());
+        if (auto it = reservations_of_.find(peer.get()); it != reservations_of_.end()) {
+          leased = std::move(it->second);
+          reservations_of_.erase(it);
+        }
+      }
+      for (const auto& id : leased)
+        if (book_) book_->release(id);
+    }
+    if (!leased.empty())
+      TROUPE_LOG(Info) << "a driver left (" << reason.message() << "): released its "
+                       << leased.size() << " placement group(s)";
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (*index < 0 || *index >= static_cast<int>(hosts_.size())) return;
@@ -123,24 +104,145 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
         book_->set_host_alive(*index, false);
       rec = hosts_[*index];
       callback = on_host_lost_;
+      for (const auto& p : agents_)
+        if (!agent_peers_.count(p.get())) clients.push_back(p);
     }
-    TROUPE_LOG(Info) << "host " << rec.host_name << " left: " << reason.message();
+    TROUPE_LOG(Warning) << "host " << rec.host_name << " (id " << *index
+                        << ") lost: " << reason.message();
+    Value event = wire::control::HostLost{*index, rec.host_name, reason.message()}.to_value();
+    for (const auto& c : clients) c->send_event(wire::control::HostLost::kEvent, event);
     if (callback) callback(rec);
   };
   // The connection forgets itself when it closes, so that clients that come and go (each
   // `troupe status`) leave nothing behind.
-  auto self = std::make_shared<std::weak_ptr<transport::RpcPeer>>();
-  h.on_close = [this, index, self, lost = std::move(h.on_close)](const Error& reason) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (auto peer = self->lock()) std::erase(agents_, peer);
-    }
-    lost(reason);
-  };
   auto peer = transport::RpcPeer::attach(connection, wire::FrameLimits{}, std::move(h));
   *self = peer;
   std::lock_guard<std::mutex> lock(mu_);
   if (!peer->closed()) agents_.push_back(peer);
+}
+
+void Head::register_agent(const std::shared_ptr<int>& index, const Value& kwargs,
+                          const transport::Responder& resp, transport::RpcPeer* peer) {
+  HostRecord rec;
+  try {
+    auto m = wire::control::RegisterAgent::from(kwargs);
+    if (m.host_name.empty()) throw Error(ErrorCode::kInvalidArgument, "host_name is empty");
+    rec.host_name = m.host_name;
+    rec.address = m.address;
+    rec.num_cpus = m.num_cpus;
+    rec.gpu_ids = m.gpu_ids;
+    rec.labels = m.labels;
+    rec.unix_endpoint = m.unix_endpoint;
+    rec.tcp_endpoint = m.tcp_endpoint;
+    rec.agent_pid = static_cast<pid_t>(m.pid);
+    rec.machine_id = m.machine_id;
+    rec.network_id = m.network_id;
+    rec.memory_bytes = m.memory_bytes;
+    ResourceBook valid({capacity_of(rec)});  // finite, non-negative, distinct GPU ids
+  } catch (const Error& e) {
+    resp.fail(Error(ErrorCode::kInvalidArgument, e.message()));
+    return;
+  }
+  std::shared_ptr<transport::RpcPeer> monitored;
+  std::chrono::milliseconds interval{0}, timeout{0};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (*index >= 0) {
+      resp.fail(Error(ErrorCode::kInvalidArgument, "this connection is registered already"));
+      return;
+    }
+    for (const auto& h : hosts_)
+      if (h.host_name == rec.host_name && h.alive) {
+        resp.fail(Error(ErrorCode::kInvalidArgument,
+                        "a host named '" + rec.host_name + "' is already registered"));
+        return;
+      }
+    // A host the head was told to expect, or one that was lost and comes back, takes its id;
+    // any other gets the next.
+    for (size_t i = 0; i < hosts_.size() && *index < 0; ++i)
+      if (!hosts_[i].alive && hosts_[i].host_name == rec.host_name) *index = static_cast<int>(i);
+    if (*index < 0) {
+      *index = static_cast<int>(hosts_.size());
+      hosts_.push_back(rec);
+    } else {
+      hosts_[*index] = rec;
+    }
+    // A host that joins after the first reservation is placed on too.
+    if (book_) book_->upsert_host(*index, capacity_of(rec));
+    ++registered_;
+    if (peer) agent_peers_.insert(peer);
+    for (const auto& p : agents_)
+      if (p.get() == peer) monitored = p;
+    interval = heartbeat_interval_;
+    timeout = heartbeat_timeout_;
+  }
+  if (monitored && interval.count() > 0) monitored->start_heartbeat(interval, timeout);
+  TROUPE_LOG(Info) << "host " << rec.host_name << " registered as id " << *index << " ("
+                   << rec.address << ", " << rec.num_cpus << " CPUs, " << rec.gpu_ids.size()
+                   << " GPUs)";
+  cv_.notify_all();
+  resp.reply(wire::control::RegisterAgentReply{*index}.to_value());
+}
+
+void Head::serve_driver_request(wire::Request&& r, const transport::Responder& resp,
+                                const std::shared_ptr<transport::RpcPeer>& from) {
+  namespace control = wire::control;
+  try {
+    if (r.method == control::ListHosts::kMethod) {
+      std::vector<control::HostEntry> out;
+      for (const auto& h : hosts()) {
+        control::HostEntry e;
+        e.index = static_cast<int64_t>(out.size());
+        e.host = control::RegisterAgent{h.host_name,  h.address,       h.num_cpus,     h.gpu_ids,
+                                        h.labels,     h.unix_endpoint, h.tcp_endpoint, h.agent_pid,
+                                        h.machine_id, h.memory_bytes,  h.network_id};
+        e.alive = h.alive;
+        e.registered = h.registered;
+        out.push_back(std::move(e));
+      }
+      return resp.reply(control::ListHosts::reply(out));
+    }
+    if (r.method == control::Reserve::kMethod) {
+      auto m = control::Reserve::from(r.kwargs);
+      std::vector<BundleRequest> bundles;
+      for (const auto& b : m.bundles)
+        bundles.push_back(BundleRequest{b.cpus, b.gpus, b.memory_bytes, b.labels});
+      auto placed = reserve(
+          m.group_id, bundles, parse_strategy(m.strategy),
+          m.only_host < 0 ? std::nullopt : std::optional<size_t>(static_cast<size_t>(m.only_host)));
+      bool first = false;
+      std::chrono::milliseconds interval{0}, timeout{0};
+      if (from) {
+        std::lock_guard<std::mutex> lock(mu_);
+        first = !reservations_of_.count(from.get());
+        reservations_of_[from.get()].insert(m.group_id);
+        interval = heartbeat_interval_;
+        timeout = heartbeat_timeout_;
+      }
+      if (first && interval.count() > 0) from->start_heartbeat(interval, timeout);
+      control::ReserveReply reply;
+      for (const auto& p : placed)
+        reply.bundles.push_back(
+            control::PlacedBundle{static_cast<int64_t>(p.host), p.gpu_ids, p.gpu_share});
+      return resp.reply(reply.to_value());
+    }
+    if (r.method == control::Release::kMethod) {
+      std::string id = control::Release::from(r.kwargs).group_id;
+      if (from) {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (auto it = reservations_of_.find(from.get()); it != reservations_of_.end())
+          it->second.erase(id);
+      }
+      return resp.reply(release(id));
+    }
+    if (r.method == control::DescribeFree::kMethod) return resp.reply(to_value(describe_free()));
+    resp.fail(Error(ErrorCode::kUnknownMethod,
+                    "the head has no method '" + r.method +
+                        "' (register_agent, list_hosts, reserve, release, describe_free, status)"));
+  } catch (const Error& e) {
+    resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
+                    "head: " + r.method + ": " + e.message()));
+  }
 }
 
 void Head::serve_status() {

@@ -1,9 +1,14 @@
 // The head: cluster state. Knows every host (through its agent's registration) and whether the
 // agent is still connected. Embedded in the driver by default.
 //
-// Requests it serves: register_agent {host_name, address, num_cpus, gpu_ids, labels, unix, tcp,
-// pid, machine_id} -> {host_index}. Threads: the head's state is guarded by a mutex; its
-// handlers run on the given io_context's thread; the public functions are thread-safe.
+// Requests it serves (wire/control.h, wire/head_protocol.h): register_agent (from agents),
+// list_hosts, reserve, release, describe_free (from drivers) and status (from `troupe status`).
+// A host that registers again under the name of a lost host takes that host's id back.
+// Events it sends to every connection that is not an agent's: host_lost.
+// Leases: a driver's reservations are released when its connection closes; a connection that
+// reserves is monitored with heartbeats (set_heartbeat), so a driver cut off loses them too.
+// Threads: the head's state is guarded by a mutex; its handlers run on the given io_context's
+// thread; the public functions are thread-safe.
 #pragma once
 
 #include <sys/types.h>
@@ -15,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +42,7 @@ struct HostRecord {
   std::string tcp_endpoint;
   pid_t agent_pid = 0;
   std::string machine_id;
+  std::string network_id;
   int64_t memory_bytes = 0;
   bool alive = true;
   bool registered = true;  // false for an expected host whose agent has not registered yet
@@ -72,6 +79,9 @@ class Head {
   // thread of the head's, never on the I/O thread, so it may block. Requests are served one at a
   // time, in order; the thread is started at the first request and joined by close().
   void set_status_provider(std::function<Value()> provider);
+  // Monitors every agent registered from now on with heartbeats (transport RPC-HB): an agent
+  // that does not answer for `timeout` is lost. Zero: no heartbeats (connection close only).
+  void set_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
   // Called (on the I/O thread) when an agent's connection closes.
   void set_on_host_lost(std::function<void(const HostRecord&)> callback);
   void close();
@@ -79,6 +89,10 @@ class Head {
  private:
   void on_connection(std::shared_ptr<transport::Connection> connection);
   void serve_status();
+  void serve_driver_request(wire::Request&& r, const transport::Responder& resp,
+                            const std::shared_ptr<transport::RpcPeer>& from);
+  void register_agent(const std::shared_ptr<int>& index, const Value& kwargs,
+                      const transport::Responder& resp, transport::RpcPeer* peer);
 
   std::string token_;
   std::shared_ptr<transport::Listener> listener_;
@@ -89,6 +103,10 @@ class Head {
   std::unique_ptr<ResourceBook> book_;  // created at the first reservation
   // Every open connection (agents and clients such as `troupe status`); removed when it closes.
   std::vector<std::shared_ptr<transport::RpcPeer>> agents_;
+  std::set<transport::RpcPeer*> agent_peers_;  // those of agents_ that registered as agents
+  // The reservations each driver connection made: released when it closes (the driver's lease).
+  std::map<transport::RpcPeer*, std::set<std::string>> reservations_of_;
+  std::chrono::milliseconds heartbeat_interval_{0}, heartbeat_timeout_{0};
   std::function<void(const HostRecord&)> on_host_lost_;
   std::function<Value()> status_provider_;
   std::deque<transport::Responder> status_queue_;

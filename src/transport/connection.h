@@ -69,6 +69,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed() const { return closed_.load(); }
   const std::string& peer() const { return peer_; }
   asio::io_context& context() { return io_; }
+  // When bytes last arrived from the peer (epoch before any). I/O thread only.
+  std::chrono::steady_clock::time_point last_bytes_received() const { return last_progress_; }
 
  private:
   struct PendingWrite {

@@ -1,9 +1,15 @@
 #include "transport/rpc_peer.h"
 
+#include <asio/post.hpp>
+
 #include "common/log.h"
 #include "wire/msgpack.h"
 
 namespace troupe::transport {
+namespace {
+constexpr std::string_view kHeartbeat = "heartbeat";
+constexpr std::string_view kHeartbeatAck = "heartbeat_ack";
+}  // namespace
 
 void Responder::reply(const Value& value) const {
   std::string body;
@@ -96,6 +102,36 @@ bool RpcPeer::send_event(std::string_view name, const Value& value) {
   return connection_->send(wire::FrameKind::kEvent, 0, std::move(body), std::move(attachments));
 }
 
+void RpcPeer::start_heartbeat(std::chrono::milliseconds interval,
+                              std::chrono::milliseconds timeout) {
+  asio::post(connection_->context(), [self = shared_from_this(), interval, timeout] {
+    if (self->closed() || self->heartbeat_timer_) return;
+    self->heartbeat_interval_ = interval;
+    self->heartbeat_timeout_ = timeout;
+    self->last_heard_ = std::chrono::steady_clock::now();
+    self->heartbeat_timer_ = std::make_unique<asio::steady_timer>(self->connection_->context());
+    self->heartbeat_tick();
+  });
+}
+
+void RpcPeer::heartbeat_tick() {
+  // Any byte counts, so that a large frame in transit is not silence.
+  auto heard = std::max(last_heard_, connection_->last_bytes_received());
+  auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - heard);
+  if (silent >= heartbeat_timeout_) {
+    close(Error(ErrorCode::kTimeout,
+                "no heartbeat from " + peer() + " for " + std::to_string(silent.count()) + " ms"));
+    return;
+  }
+  send_event(kHeartbeat, Value());
+  heartbeat_timer_->expires_after(heartbeat_interval_);
+  heartbeat_timer_->async_wait([weak = weak_from_this()](const asio::error_code& ec) {
+    if (ec) return;
+    if (auto self = weak.lock(); self && !self->closed()) self->heartbeat_tick();
+  });
+}
+
 void RpcPeer::on_frame(wire::Frame&& frame) {
   switch (frame.kind) {
     case wire::FrameKind::kRequest: {
@@ -152,6 +188,11 @@ void RpcPeer::on_frame(wire::Frame&& frame) {
     case wire::FrameKind::kEvent: {
       // Decoded even when nobody listens: a malformed event closes the connection either way.
       wire::Event event = wire::decode_event(frame);
+      if (event.name == kHeartbeat) {
+        send_event(kHeartbeatAck, Value());
+        return;
+      }
+      if (event.name == kHeartbeatAck) return;
       if (handlers_.on_event) handlers_.on_event(std::move(event));
       return;
     }
@@ -173,6 +214,7 @@ void RpcPeer::on_closed(const Error& reason) {
     hook = failure_hook_;
     orphans = std::move(orphan_handler_);
   }
+  if (heartbeat_timer_) heartbeat_timer_->cancel();
   if (orphans) {
     std::vector<std::shared_ptr<detail::FutureState>> states;
     for (auto& [id, p] : pending) states.push_back(std::move(p.state));

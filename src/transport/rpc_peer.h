@@ -4,8 +4,16 @@
 // run on the I/O thread, in arrival order; a request handler answers through its Responder,
 // now or later, from any thread. When the connection closes, every pending call fails with the
 // error made by the failure hook (default: kConnectionLost naming the peer).
+//
+// Liveness (RPC-HB): every peer answers a "heartbeat" event with a "heartbeat_ack" event; neither
+// reaches the event handler. A peer that monitors the other end (start_heartbeat) sends a
+// heartbeat every interval and closes the connection with Error(kTimeout) "no heartbeat ..." once
+// nothing at all arrived for the timeout: a hung process or a cut network ends the connection
+// within timeout + interval, where TCP alone would wait for minutes.
 #pragma once
 
+#include <asio/steady_timer.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -67,6 +75,9 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
   Future<Value> call_encoded(std::string_view method, const wire::EncodedKwargs& kwargs,
                              std::string context = {}, StreamHandler on_item = nullptr);
   bool send_event(std::string_view name, const Value& value);
+  // Starts monitoring the other end (RPC-HB). Call once; thread-safe (the timer runs on the I/O
+  // thread). `timeout` should be several intervals.
+  void start_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
   void set_failure_hook(FailureHook hook);
   // When set, replaces the failure hook for the calls pending at close.
   void set_orphan_handler(OrphanHandler handler);
@@ -85,6 +96,7 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
                              StreamHandler on_item);
   void on_frame(wire::Frame&& frame);
   void on_closed(const Error& reason);
+  void heartbeat_tick();  // I/O thread
 
   std::shared_ptr<Connection> connection_;
   Handlers handlers_;
@@ -95,6 +107,10 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
   std::optional<Error> close_error_;
   FailureHook failure_hook_;
   OrphanHandler orphan_handler_;
+  // RPC-HB, I/O thread only (the timer is created there and cancelled at close).
+  std::unique_ptr<asio::steady_timer> heartbeat_timer_;
+  std::chrono::milliseconds heartbeat_interval_{0}, heartbeat_timeout_{0};
+  std::chrono::steady_clock::time_point last_heard_;  // when monitoring started
 };
 
 }  // namespace troupe::transport

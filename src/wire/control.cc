@@ -47,11 +47,8 @@ StartWorker StartWorker::from(const Value& kwargs) {
 }
 
 Value StartWorkerReply::to_value() const {
-  return Map{{"pid", pid},
-             {"start_time", start_time},
-             {"unix", unix_endpoint},
-             {"tcp", tcp_endpoint},
-             {"gpus", troupe::to_value(gpus)}};
+  return Map{{"pid", pid},          {"start_time", start_time},       {"unix", unix_endpoint},
+             {"tcp", tcp_endpoint}, {"gpus", troupe::to_value(gpus)}, {"log_path", log_path}};
 }
 
 StartWorkerReply StartWorkerReply::from(const Value& value) {
@@ -62,6 +59,7 @@ StartWorkerReply StartWorkerReply::from(const Value& value) {
   m.unix_endpoint = f.required<std::string>("unix");
   m.tcp_endpoint = f.optional<std::string>("tcp", "");
   m.gpus = f.optional<std::vector<int>>("gpus", {});
+  m.log_path = f.optional<std::string>("log_path", "");
   return m;
 }
 
@@ -156,7 +154,8 @@ Map RegisterAgent::to_map() const {
              {"tcp", tcp_endpoint},
              {"pid", pid},
              {"machine_id", machine_id},
-             {"memory_bytes", memory_bytes}};
+             {"memory_bytes", memory_bytes},
+             {"network_id", network_id}};
 }
 
 RegisterAgent RegisterAgent::from(const Value& kwargs) {
@@ -172,6 +171,7 @@ RegisterAgent RegisterAgent::from(const Value& kwargs) {
   m.pid = f.optional<int64_t>("pid", 0);
   m.machine_id = f.optional<std::string>("machine_id", "");
   m.memory_bytes = f.optional<int64_t>("memory_bytes", 0);
+  m.network_id = f.optional<std::string>("network_id", "");
   return m;
 }
 

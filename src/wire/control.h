@@ -78,6 +78,7 @@ struct StartWorkerReply {
   std::string unix_endpoint;
   std::string tcp_endpoint;
   std::vector<int> gpus;
+  std::string log_path;  // the worker's log file, on its host
 
   bool operator==(const StartWorkerReply&) const = default;
   Value to_value() const;
@@ -175,6 +176,7 @@ struct RegisterAgent {
   int64_t pid = 0;
   std::string machine_id;
   int64_t memory_bytes = 0;
+  std::string network_id;  // env::network_id(): equal for processes that share Unix sockets
 
   bool operator==(const RegisterAgent&) const = default;
   Map to_map() const;
