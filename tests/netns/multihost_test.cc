@@ -1,0 +1,371 @@
+// A driver on a standing cluster of network-namespace hosts (run by multihost_test.sh, which
+// starts the head in tr-h1 and the agents node-a in tr-h2 and node-b in tr-h3, then runs one test
+// at a time in tr-h1 with TROUPE_ADDRESS and TROUPE_TOKEN set). Without TROUPE_ADDRESS every test
+// is skipped: they only make sense on that cluster.
+//
+// The cluster (set up by the script): node-a (10.77.0.2) registers first and gets id 0, node-b
+// (10.77.0.3) id 1; each declares 4 CPUs and 2 GPUs.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <future>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/io_loop.h"
+#include "transport/listener.h"
+#include "troupe/troupe.h"
+#include "wire/frame.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using troupe::Array;
+using troupe::Error;
+using troupe::ErrorCode;
+using troupe::Map;
+using troupe::Value;
+
+std::optional<std::string> getenv_of(const std::string& name) {
+  const char* v = std::getenv(name.c_str());
+  if (!v) return std::nullopt;
+  return std::string(v);
+}
+
+// HostProbe(): a worker that reports where it runs and talks to its peers.
+//   env(name) -> getenv(name) or nil
+//   echo(x) -> {"rank": RANK, "x": x}
+//   sleep_ms(ms) -> "slept"
+//   say(text) -> nil, after writing `text` as a line to stdout
+//   rendezvous() -> "ok": rank 0 listens on MASTER_PORT (all addresses) and takes one byte from
+//                   each of the other WORLD_SIZE-1 ranks, which connect to MASTER_ADDR:MASTER_PORT
+//                   (as torch.distributed's TCPStore does); anything else is the failure text
+class HostProbe {
+ public:
+  std::optional<std::string> env(std::string name) { return getenv_of(name); }
+  Value echo(Value x) {
+    return Map{{"rank", std::atoi(getenv_of("RANK").value_or("-1").c_str())}, {"x", std::move(x)}};
+  }
+  std::string sleep_ms(int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return "slept";
+  }
+  Value say(std::string text) {
+    std::printf("%s\n", text.c_str());
+    std::fflush(stdout);
+    return Value();
+  }
+  std::string rendezvous() {
+    int rank = std::atoi(getenv_of("RANK").value_or("-1").c_str());
+    int world = std::atoi(getenv_of("WORLD_SIZE").value_or("0").c_str());
+    int port = std::atoi(getenv_of("MASTER_PORT").value_or("0").c_str());
+    std::string master = getenv_of("MASTER_ADDR").value_or("");
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    if (rank == 0) {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int one = 1;
+      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+          ::listen(fd, 16) != 0) {
+        ::close(fd);
+        return "rank 0 cannot listen on port " + std::to_string(port);
+      }
+      for (int got = 0; got < world - 1; ++got) {
+        int c = ::accept(fd, nullptr, nullptr);
+        char b = 0;
+        if (c < 0 || ::read(c, &b, 1) != 1) {
+          ::close(fd);
+          return "rank 0: accept/read failed after " + std::to_string(got) + " peers";
+        }
+        ::close(c);
+      }
+      ::close(fd);
+      return "ok";
+    }
+    while (std::chrono::steady_clock::now() < deadline) {
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      ::inet_pton(AF_INET, master.c_str(), &addr.sin_addr);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+        char b = static_cast<char>(rank);
+        bool sent = ::write(fd, &b, 1) == 1;
+        ::close(fd);
+        return sent ? "ok" : "write failed";
+      }
+      ::close(fd);
+      std::this_thread::sleep_for(50ms);  // rank 0 is not listening yet
+    }
+    return "rank " + std::to_string(rank) + " could not reach " + master + ":" +
+           std::to_string(port);
+  }
+};
+
+TROUPE_WORKER_CLASS(HostProbe, cls) {
+  cls.method("env", &HostProbe::env, {"name"});
+  cls.method("echo", &HostProbe::echo, {"x"});
+  cls.method("sleep_ms", &HostProbe::sleep_ms, {"ms"});
+  cls.method("say", &HostProbe::say, {"text"});
+  cls.method("rendezvous", &HostProbe::rendezvous, {});
+}
+
+constexpr auto kDeadline = 30s;
+
+class MultiHost : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!getenv_of("TROUPE_ADDRESS"))
+      GTEST_SKIP() << "needs a standing cluster (multihost_test.sh)";
+  }
+};
+
+troupe::VirtualClusterOptions one_bundle_per_host(bool gpus) {
+  troupe::VirtualClusterOptions o;
+  o.bundle_ct_per_node_list = gpus ? std::vector<size_t>{2, 2} : std::vector<size_t>{1, 1};
+  o.use_gpus = gpus;
+  o.num_gpus_per_node = 2;
+  o.max_retries = 1;
+  o.retry_backoff = 10ms;
+  return o;
+}
+
+troupe::WorkerGroupOptions group_options(const std::string& prefix,
+                                         std::optional<troupe::NamedSharding> sharding = {}) {
+  troupe::WorkerGroupOptions o;
+  o.name_prefix = prefix;
+  o.sharding = std::move(sharding);
+  o.show_progress = false;
+  o.start_timeout = kDeadline;
+  return o;
+}
+
+std::vector<Value> env_of(troupe::WorkerGroup& g, const std::string& name) {
+  auto f = g.run_all_workers_single_data("env", {{"name", name}});
+  EXPECT_TRUE(f.wait_for(kDeadline));
+  return g.get_all_worker_results(f);
+}
+
+// Polls `cluster.hosts()` until host `index` is alive == `alive`, at most `timeout`.
+bool wait_host_alive(troupe::Cluster& cluster, size_t index, bool alive,
+                     std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto hosts = cluster.hosts();
+    if (index < hosts.size() && hosts[index].alive == alive) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+// The same program as on one machine: ClusterOptions::local, redirected by TROUPE_ADDRESS.
+TEST_F(MultiHost, ShardedDispatchAcrossTwoHosts) {
+  troupe::Cluster cluster(troupe::ClusterOptions::local(1));
+  auto hosts = cluster.hosts();
+  ASSERT_EQ(hosts.size(), 2u);
+  EXPECT_EQ(hosts[0].name, "node-a");
+  EXPECT_EQ(hosts[0].address, "10.77.0.2");
+  EXPECT_EQ(hosts[1].name, "node-b");
+  EXPECT_EQ(hosts[1].address, "10.77.0.3");
+  EXPECT_TRUE(hosts[0].alive && hosts[1].alive);
+
+  troupe::VirtualCluster vc(cluster, one_bundle_per_host(/*gpus=*/true));
+  troupe::WorkerGroup group(
+      vc, troupe::WorkerBuilder("HostProbe"),
+      group_options("mh", troupe::NamedSharding::from_shape({"dp", "tp"}, {2, 2})));
+  // Placement group i is node i: ranks 0, 1 on node-a, ranks 2, 3 on node-b, one GPU each.
+  EXPECT_EQ(env_of(group, "RANK"), (std::vector<Value>{"0", "1", "2", "3"}));
+  EXPECT_EQ(env_of(group, "WORLD_SIZE"), (std::vector<Value>{"4", "4", "4", "4"}));
+  EXPECT_EQ(env_of(group, "NODE_RANK"), (std::vector<Value>{"0", "0", "1", "1"}));
+  EXPECT_EQ(env_of(group, "CUDA_VISIBLE_DEVICES"), (std::vector<Value>{"0", "1", "0", "1"}));
+  EXPECT_EQ(env_of(group, "MASTER_ADDR"),
+            (std::vector<Value>{"10.77.0.2", "10.77.0.2", "10.77.0.2", "10.77.0.2"}));
+  EXPECT_EQ(env_of(group, "TROUPE_HOST_NAME"),
+            (std::vector<Value>{"node-a", "node-a", "node-b", "node-b"}));
+
+  // dp sharded, tp replicated: dp shard 0 goes to ranks 0, 1 and shard 1 to ranks 2, 3.
+  troupe::ShardedCallOptions sharded;
+  sharded.in_sharded_axes = {"dp"};
+  sharded.replicate_on_axes = {"tp"};
+  auto f = group.run_all_workers_sharded_data("echo", {{"x", Array{"s0", "s1"}}}, sharded);
+  ASSERT_TRUE(f.wait_for(kDeadline));
+  EXPECT_EQ(group.get_all_worker_results(f),
+            (std::vector<Value>{Map{{"rank", 0}, {"x", "s0"}}, Map{{"rank", 1}, {"x", "s0"}},
+                                Map{{"rank", 2}, {"x", "s1"}}, Map{{"rank", 3}, {"x", "s1"}}}));
+
+  // Every rank reaches rank 0's host on MASTER_PORT.
+  auto r = group.run_all_workers_single_data("rendezvous", {});
+  ASSERT_TRUE(r.wait_for(kDeadline));
+  EXPECT_EQ(group.get_all_worker_results(r), (std::vector<Value>{"ok", "ok", "ok", "ok"}));
+
+  // Output lines come to this terminal over the connection (the script checks them).
+  auto s = group.run_all_workers_multiple_data(
+      "say", {{"text", Array{"line-from-rank-0", "line-from-rank-1", "line-from-rank-2",
+                             "line-from-rank-3"}}});
+  ASSERT_TRUE(s.wait_for(kDeadline));
+  group.get_all_worker_results(s);
+}
+
+// CUT_CMD cuts node-b off the network, RESTORE_CMD undoes it (shell commands).
+TEST_F(MultiHost, CutHostFailsItsCallsWithHostLostThenRejoins) {
+  std::string cut = getenv_of("CUT_CMD").value_or(""),
+              restore = getenv_of("RESTORE_CMD").value_or("");
+  ASSERT_FALSE(cut.empty() || restore.empty()) << "set CUT_CMD and RESTORE_CMD";
+  troupe::Cluster cluster(troupe::ClusterOptions::local(1));
+  {
+    troupe::VirtualCluster vc(cluster, one_bundle_per_host(false));
+    troupe::WorkerGroup group(vc, troupe::WorkerBuilder("HostProbe"), group_options("cut"));
+    ASSERT_EQ(group.workers().size(), 2u);
+    auto f = group.run_all_workers_single_data("sleep_ms", {{"ms", 2000}});
+    ASSERT_EQ(std::system(cut.c_str()), 0) << cut;
+    auto cut_at = std::chrono::steady_clock::now();
+    const auto& futures = f.futures();
+    ASSERT_EQ(futures.size(), 2u);
+    try {
+      futures[1].get(kDeadline);
+      ADD_FAILURE() << "the call on the cut host succeeded";
+    } catch (const Error& e) {
+      auto took = std::chrono::steady_clock::now() - cut_at;
+      EXPECT_EQ(e.code(), ErrorCode::kHostLost) << e.what();
+      EXPECT_NE(e.message().find("node-b"), std::string::npos) << e.what();
+      EXPECT_LT(took, 1s) << "kHostLost came "
+                          << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                          << " ms after the cut";
+    }
+    EXPECT_EQ(futures[0].get(kDeadline), Value("slept"));  // the other host's call completes
+    EXPECT_TRUE(wait_host_alive(cluster, 1, false, 5s)) << "node-b is not reported lost";
+    EXPECT_TRUE(cluster.hosts()[0].alive);
+  }
+  ASSERT_EQ(std::system(restore.c_str()), 0) << restore;
+  ASSERT_TRUE(wait_host_alive(cluster, 1, true, 40s)) << "node-b did not rejoin";
+  // Placed on again: a new group has a worker there.
+  troupe::VirtualCluster vc(cluster, one_bundle_per_host(false));
+  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("HostProbe"), group_options("back"));
+  EXPECT_EQ(env_of(group, "TROUPE_HOST_NAME"), (std::vector<Value>{"node-a", "node-b"}));
+}
+
+// An agent that hangs (SIGSTOP) is lost; the other host sees no false alarm.
+TEST_F(MultiHost, HungAgentIsLostOthersAreNot) {
+  troupe::Cluster cluster(troupe::ClusterOptions::local(1));
+  pid_t agent_b = cluster.hosts().at(1).agent_pid;
+  ASSERT_GT(agent_b, 0);
+  {
+    troupe::VirtualCluster vc(cluster, one_bundle_per_host(false));
+    troupe::WorkerGroup group(vc, troupe::WorkerBuilder("HostProbe"), group_options("hung"));
+    auto f = group.run_all_workers_single_data("sleep_ms", {{"ms", 2000}});
+    ASSERT_EQ(::kill(agent_b, SIGSTOP), 0);
+    try {
+      f.futures()[1].get(kDeadline);
+      ADD_FAILURE() << "a call on the hung host succeeded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kHostLost) << e.what();
+    }
+    EXPECT_EQ(f.futures()[0].get(kDeadline), Value("slept"));
+    EXPECT_TRUE(wait_host_alive(cluster, 1, false, 5s));
+    auto hosts = cluster.hosts();
+    EXPECT_TRUE(hosts[0].alive) << "false alarm on node-a";
+  }
+  ASSERT_EQ(::kill(agent_b, SIGCONT), 0);
+  EXPECT_TRUE(wait_host_alive(cluster, 1, true, 30s)) << "node-b did not come back";
+}
+
+// Starts a group with a worker on each host, writes this driver's pid then the workers' to
+// $PIDS_FILE (one per line) and waits to be killed (the script kills it with SIGKILL and checks
+// that no worker survives).
+TEST_F(MultiHost, HoldWorkersUntilKilled) {
+  std::string path = getenv_of("PIDS_FILE").value_or("");
+  ASSERT_FALSE(path.empty());
+  troupe::Cluster cluster(troupe::ClusterOptions::local(1));
+  troupe::VirtualCluster vc(cluster, one_bundle_per_host(false));
+  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("HostProbe"), group_options("held"));
+  std::string pids = std::to_string(::getpid()) + "\n";
+  for (const auto& w : group.workers()) pids += std::to_string(w.pid()) + "\n";
+  {
+    std::ofstream out(path + ".tmp");
+    out << pids;
+  }
+  ASSERT_EQ(std::rename((path + ".tmp").c_str(), path.c_str()), 0);
+  std::this_thread::sleep_for(120s);  // until the script kills this process
+}
+
+// PROBE=HOST:PORT: a client without the token, one with a wrong token and one sending garbage
+// are each refused (the server closes the connection).
+bool closed_by_server(int fd) {
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buf[256];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+int connect_to(const std::string& host, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(MultiHostProbe, UnauthenticatedClientsAreRefused) {
+  auto probe = getenv_of("PROBE");
+  if (!probe) GTEST_SKIP() << "set PROBE=HOST:PORT";
+  std::string host = probe->substr(0, probe->rfind(':'));
+  int port = std::atoi(probe->substr(probe->rfind(':') + 1).c_str());
+
+  // No token: a request frame where the handshake's answer should be.
+  int fd = connect_to(host, port);
+  ASSERT_GE(fd, 0) << *probe;
+  std::string body =
+      "\x93\xa4"
+      "ping"
+      "\x80";
+  std::string frame =
+      troupe::wire::encode_prefix(troupe::wire::FrameKind::kRequest, 1, body.size(), {}) + body;
+  ASSERT_EQ(::write(fd, frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
+  EXPECT_TRUE(closed_by_server(fd)) << *probe << " kept an unauthenticated client";
+  ::close(fd);
+
+  // Garbage.
+  fd = connect_to(host, port);
+  ASSERT_GE(fd, 0);
+  std::string garbage(64, '\xee');
+  ASSERT_EQ(::write(fd, garbage.data(), garbage.size()), 64);
+  EXPECT_TRUE(closed_by_server(fd)) << *probe << " kept a client that sent garbage";
+  ::close(fd);
+
+  // A wrong token.
+  troupe::transport::IoLoop loop;
+  std::promise<std::optional<Error>> done;
+  troupe::transport::async_connect(
+      loop.context(), "tcp:" + *probe, std::string(64, 'f'), 5000ms,
+      [&done](std::shared_ptr<troupe::transport::Connection> c, const Error* error) {
+        if (c) c->close(Error(ErrorCode::kShutdown, "probe done"));
+        done.set_value(error ? std::optional<Error>(*error) : std::nullopt);
+      });
+  auto result = done.get_future().get();
+  ASSERT_TRUE(result.has_value()) << *probe << " accepted a wrong token";
+  EXPECT_EQ(result->code(), ErrorCode::kUnauthenticated) << result->what();
+  loop.stop();
+}
+
+}  // namespace

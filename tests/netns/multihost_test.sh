@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# A standing cluster across network-namespace hosts (tests/netns/netns.sh): the head in tr-h1
+# (10.77.0.1), the agents node-a in tr-h2 (10.77.0.2) and node-b in tr-h3 (10.77.0.3), started
+# with the real `troupe start`; the driver (multihost_test, a GoogleTest binary) runs in tr-h1
+# with TROUPE_ADDRESS and TROUPE_TOKEN. Cases: sharded dispatch across the hosts with worker
+# output forwarded; unauthenticated clients refused on every listening port of every daemon and
+# worker; a driver killed with SIGKILL leaves no worker on any host; a host cut off (nftables
+# drop, then link down) fails its calls with kHostLost and rejoins; a hung agent (SIGSTOP) is
+# lost without a false alarm on the other host.
+#
+#   multihost_test.sh TROUPE_CLI MULTIHOST_TEST_BINARY
+#
+# Needs root; exits 77 (skipped) otherwise. Every wait is bounded; the namespaces, daemons and
+# files are removed on exit, also when a case fails.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+troupe=$1
+driver=$2
+if ((EUID != 0)); then
+  echo "skipped: needs root for network namespaces"
+  exit 77
+fi
+work=$(mktemp -d)
+chmod 700 "$work"
+failures=0
+daemons=()
+check() {  # check WHAT COMMAND...
+  local what=$1
+  shift
+  if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; failures=$((failures + 1)); fi
+}
+ns() { bash "$here/netns.sh" exec "$@"; }
+cleanup() {
+  for p in "${daemons[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${daemons[@]}"; do
+    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null
+  done
+  bash "$here/netns.sh" down
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+bash "$here/netns.sh" up 3 || { echo "FAILED: netns up"; exit 1; }
+TROUPE_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+export TROUPE_TOKEN
+readonly head_address=10.77.0.1:16380
+
+# wait_for SECONDS COMMAND...: polls COMMAND every 0.1 s until it succeeds.
+wait_for() {
+  local seconds=$1
+  shift
+  for _ in $(seq $((seconds * 10))); do
+    "$@" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  return 1
+}
+host_up() {  # host_up NAME: the head lists NAME as up
+  TMPDIR=$work/h1 ns tr-h1 "$troupe" status --address $head_address | grep -Eq "^  $1 .* up "
+}
+
+mkdir -m 700 "$work/h1" "$work/h2" "$work/h3"
+TMPDIR=$work/h1 ns tr-h1 "$troupe" start --head --block --node-ip-address 10.77.0.1 --port 16380 \
+  >"$work/head.log" 2>&1 &
+daemons+=($!)
+check "the head listens" wait_for 15 ns tr-h1 bash -c "ss -ltnH | grep -q '10.77.0.1:16380 '"
+start_agent() {  # start_agent NAMESPACE NAME ADDRESS
+  TMPDIR=$work/${1#tr-} ns "$1" "$troupe" start --address $head_address --block \
+    --node-ip-address "$3" --host-name "$2" --num-cpus 4 --num-gpus 2 >"$work/$2.log" 2>&1 &
+  daemons+=($!)
+  check "$2 joins" wait_for 15 host_up "$2"
+}
+start_agent tr-h2 node-a 10.77.0.2  # first: id 0
+start_agent tr-h3 node-b 10.77.0.3
+
+run() {  # run OUT TEST [ENV=VALUE...]: one test of the driver, in tr-h1, connected by address;
+  # its output goes to $work/OUT, and to this output too when it fails.
+  local out=$work/$1 name=$2 rc=0
+  shift 2
+  ns tr-h1 env TROUPE_ADDRESS=$head_address "$@" "$driver" --gtest_filter="$name" >"$out" 2>&1 ||
+    rc=$?
+  ((rc == 0)) || { echo "--- $name:"; tail -n 40 "$out"; }
+  return $rc
+}
+
+check "sharded dispatch across two hosts" run dispatch.out MultiHost.ShardedDispatchAcrossTwoHosts
+check "worker output reaches the driver's terminal" \
+  grep -Eq '^\(mh[-_0-9]* pid=[1-9][0-9]*\) line-from-rank-3$' "$work/dispatch.out" ||
+  grep line-from "$work/dispatch.out"
+
+# A driver holding a worker on each host: probe every listening port, then kill the driver.
+run hold.out MultiHost.HoldWorkersUntilKilled PIDS_FILE="$work/pids" &
+holder=$!
+if check "the holding driver started its workers" wait_for 60 test -s "$work/pids"; then
+  ports=()
+  for h in tr-h1 tr-h2 tr-h3; do
+    n=${h#tr-h}
+    for p in $(ns $h ss -ltnH | awk '{print $4}' | sed -E "s/^(0\.0\.0\.0|\*):/10.77.0.$n:/"); do
+      ports+=("$p")
+    done
+  done
+  # the head, two agents and two workers at least
+  check "every daemon and worker listens (${#ports[@]} ports)" test "${#ports[@]}" -ge 5
+  for p in "${ports[@]}"; do
+    check "$p refuses no token, a wrong token and garbage" \
+      run probe.out MultiHostProbe.UnauthenticatedClientsAreRefused PROBE="$p"
+  done
+  check "the head logged why it refused" grep -q "rejecting unauthenticated peer" "$work/head.log"
+  check "an agent logged why it refused" grep -q "rejecting unauthenticated peer" "$work/node-a.log"
+  mapfile -t pids <"$work/pids"  # the driver, then its workers
+  kill -KILL "${pids[0]}"
+  wait "$holder"
+  gone() { for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
+  check "no worker survives its driver's SIGKILL" wait_for 10 gone
+  # Scan every namespace: only the daemons are left.
+  only_daemons() {
+    for h in tr-h1 tr-h2 tr-h3; do
+      for p in $(ip netns pids $h); do
+        [[ $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null) == *" start "* ]] || return 1
+      done
+    done
+  }
+  check "every namespace holds only the daemons" wait_for 10 only_daemons
+fi
+check "the cluster keeps serving" run dispatch2.out MultiHost.ShardedDispatchAcrossTwoHosts
+
+cat >"$work/cut.nft" <<'NFT'
+table inet troupe_cut {
+  chain in { type filter hook input priority 0; policy accept; iifname "eth0" drop; }
+  chain out { type filter hook output priority 0; policy accept; oifname "eth0" drop; }
+}
+NFT
+check "cut by nftables: kHostLost within 1 s, then node-b rejoins" \
+  run cut.out MultiHost.CutHostFailsItsCallsWithHostLostThenRejoins \
+  CUT_CMD="ip netns exec tr-h3 nft -f $work/cut.nft" \
+  RESTORE_CMD="ip netns exec tr-h3 nft delete table inet troupe_cut"
+# A case that fails half-way must not leave node-b cut (or stopped) for the next one.
+ip netns exec tr-h3 nft delete table inet troupe_cut 2>/dev/null
+check "cut by link down: kHostLost within 1 s, then node-b rejoins" \
+  run link.out MultiHost.CutHostFailsItsCallsWithHostLostThenRejoins \
+  CUT_CMD="ip -n tr-h3 link set eth0 down" RESTORE_CMD="ip -n tr-h3 link set eth0 up"
+ip -n tr-h3 link set eth0 up
+check "a hung agent is lost, the other host is not" run hung.out MultiHost.HungAgentIsLostOthersAreNot
+for p in $(ip netns pids tr-h3); do kill -CONT "$p" 2>/dev/null; done
+
+if ((failures > 0)); then
+  for f in head node-a node-b; do echo "--- $f.log (last lines)"; tail -n 30 "$work/$f.log"; done
+fi
+echo "multi-host cases: $failures failed"
+((failures == 0))
