@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -173,27 +174,32 @@ bool wait_host_alive(troupe::Cluster& cluster, size_t index, bool alive,
 // The same program as on one machine: ClusterOptions::local, redirected by TROUPE_ADDRESS.
 TEST_F(MultiHost, ShardedDispatchAcrossTwoHosts) {
   troupe::Cluster cluster(troupe::ClusterOptions::local(1));
+  // Ids are the head's: registration order (node-a first, unless a restarted head took node-b
+  // back first).
   auto hosts = cluster.hosts();
   ASSERT_EQ(hosts.size(), 2u);
-  EXPECT_EQ(hosts[0].name, "node-a");
-  EXPECT_EQ(hosts[0].address, "10.77.0.2");
-  EXPECT_EQ(hosts[1].name, "node-b");
-  EXPECT_EQ(hosts[1].address, "10.77.0.3");
+  const std::map<std::string, std::string> address_of = {{"node-a", "10.77.0.2"},
+                                                         {"node-b", "10.77.0.3"}};
+  for (const auto& h : hosts) {
+    ASSERT_TRUE(address_of.count(h.name)) << h.name;
+    EXPECT_EQ(h.address, address_of.at(h.name));
+  }
+  EXPECT_NE(hosts[0].name, hosts[1].name);
   EXPECT_TRUE(hosts[0].alive && hosts[1].alive);
 
   troupe::VirtualCluster vc(cluster, one_bundle_per_host(/*gpus=*/true));
   troupe::WorkerGroup group(
       vc, troupe::WorkerBuilder("HostProbe"),
       group_options("mh", troupe::NamedSharding::from_shape({"dp", "tp"}, {2, 2})));
-  // Placement group i is node i: ranks 0, 1 on node-a, ranks 2, 3 on node-b, one GPU each.
+  // Placement group i is host i: ranks 0, 1 on hosts[0], ranks 2, 3 on hosts[1], one GPU each.
   EXPECT_EQ(env_of(group, "RANK"), (std::vector<Value>{"0", "1", "2", "3"}));
   EXPECT_EQ(env_of(group, "WORLD_SIZE"), (std::vector<Value>{"4", "4", "4", "4"}));
   EXPECT_EQ(env_of(group, "NODE_RANK"), (std::vector<Value>{"0", "0", "1", "1"}));
   EXPECT_EQ(env_of(group, "CUDA_VISIBLE_DEVICES"), (std::vector<Value>{"0", "1", "0", "1"}));
-  EXPECT_EQ(env_of(group, "MASTER_ADDR"),
-            (std::vector<Value>{"10.77.0.2", "10.77.0.2", "10.77.0.2", "10.77.0.2"}));
+  const std::string& a0 = hosts[0].address;
+  EXPECT_EQ(env_of(group, "MASTER_ADDR"), (std::vector<Value>{a0, a0, a0, a0}));
   EXPECT_EQ(env_of(group, "TROUPE_HOST_NAME"),
-            (std::vector<Value>{"node-a", "node-a", "node-b", "node-b"}));
+            (std::vector<Value>{hosts[0].name, hosts[0].name, hosts[1].name, hosts[1].name}));
 
   // dp sharded, tp replicated: dp shard 0 goes to ranks 0, 1 and shard 1 to ranks 2, 3.
   troupe::ShardedCallOptions sharded;
@@ -279,6 +285,38 @@ TEST_F(MultiHost, HungAgentIsLostOthersAreNot) {
   }
   ASSERT_EQ(::kill(agent_b, SIGCONT), 0);
   EXPECT_TRUE(wait_host_alive(cluster, 1, true, 30s)) << "node-b did not come back";
+}
+
+// HEAD_PID: the head dies (SIGKILL) under a running group. Calls to its live workers go on, also
+// after the agents' and the driver's heartbeats on the head ran out; a new placement fails with
+// an error that says the head is gone.
+TEST_F(MultiHost, HeadDeathKeepsWorkersServing) {
+  pid_t head_pid = std::atoi(getenv_of("HEAD_PID").value_or("0").c_str());
+  ASSERT_GT(head_pid, 0) << "set HEAD_PID";
+  troupe::Cluster cluster(troupe::ClusterOptions::local(1));
+  troupe::VirtualCluster vc(cluster, one_bundle_per_host(false));
+  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("HostProbe"), group_options("headless"));
+  ASSERT_EQ(::kill(head_pid, SIGKILL), 0);
+  // The driver's decision: once it knows the head is gone, placements fail naming the head.
+  std::optional<Error> placement_error;
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!placement_error && std::chrono::steady_clock::now() < deadline) {
+    try {
+      troupe::VirtualCluster more(cluster, one_bundle_per_host(false));
+      std::this_thread::sleep_for(50ms);  // the head's death has not reached this driver yet
+    } catch (const Error& e) {
+      placement_error = e;
+    }
+  }
+  ASSERT_TRUE(placement_error.has_value())
+      << "a placement still succeeded 10 s after the head died";
+  EXPECT_EQ(placement_error->code(), ErrorCode::kConnectionLost) << placement_error->what();
+  EXPECT_NE(placement_error->message().find("head"), std::string::npos) << placement_error->what();
+  // Past every heartbeat deadline (700 ms): the workers on both hosts still answer.
+  auto f = group.run_all_workers_single_data("sleep_ms", {{"ms", 1500}});
+  ASSERT_TRUE(f.wait_for(kDeadline));
+  EXPECT_EQ(group.get_all_worker_results(f), (std::vector<Value>{"slept", "slept"}));
+  EXPECT_EQ(env_of(group, "TROUPE_HOST_NAME"), (std::vector<Value>{"node-a", "node-b"}));
 }
 
 // Starts a group with a worker on each host, writes this driver's pid then the workers' to

@@ -144,6 +144,19 @@ ip -n tr-h3 link set eth0 up
 check "a hung agent is lost, the other host is not" run hung.out MultiHost.HungAgentIsLostOthersAreNot
 for p in $(ip netns pids tr-h3); do kill -CONT "$p" 2>/dev/null; done
 
+# Last: the head dies under a running group; then a new head on the same address takes the
+# agents back.
+head_pid=$(grep -oE 'listening on .* \(pid [0-9]+\)' "$work/head.log" | grep -oE '[0-9]+\)$' |
+  tr -d ')')
+check "the head dies: calls to live workers go on, placements fail" \
+  run headless.out MultiHost.HeadDeathKeepsWorkersServing HEAD_PID="$head_pid"
+TMPDIR=$work/h1 ns tr-h1 "$troupe" start --head --block --node-ip-address 10.77.0.1 --port 16380 \
+  >"$work/head2.log" 2>&1 &
+daemons+=($!)
+check "a new head on the same address takes node-a back" wait_for 30 host_up node-a
+check "a new head on the same address takes node-b back" wait_for 30 host_up node-b
+check "the cluster serves under the new head" run dispatch3.out MultiHost.ShardedDispatchAcrossTwoHosts
+
 if ((failures > 0)); then
   for f in head node-a node-b; do echo "--- $f.log (last lines)"; tail -n 30 "$work/$f.log"; done
 fi
