@@ -140,6 +140,17 @@ struct WorkerMetadata {
   double num_gpus = 0;
 };
 
+// How recreate_worker treats a worker whose host is lost.
+struct RecreateOptions {
+  // Place it on another live host (one the virtual cluster does not use yet, when one has room),
+  // in a new bundle with the same resources as the cluster's others (a placement group of its
+  // own, released with the cluster), with new ports;
+  // the worker keeps its rank and environment, except that rank 0 gets the new host's
+  // MASTER_ADDR and MASTER_PORT (the other workers keep the values they were started with).
+  // Throws Error(kResourceUnavailable) when no other live host has room.
+  bool allow_replacement = false;
+};
+
 // What the restart policy did about one death of a worker (restart_events()).
 struct RestartEvent {
   enum class Action {
@@ -297,8 +308,9 @@ class WorkerGroup {
   // Rebuilds worker `idx` in place by replaying its creation (same bundle, host, GPUs,
   // environment, constructor arguments), after killing the old process if it is still alive.
   // Each incarnation gets a fresh name, NAME-rN. Blocks until the new worker is ready; the other
-  // workers are untouched. Throws the start error.
-  Worker recreate_worker(size_t idx);
+  // workers are untouched. Throws the start error. When the worker's host is lost, throws
+  // Error(kHostLost) naming the host, unless options.allow_replacement.
+  Worker recreate_worker(size_t idx, const RecreateOptions& options = {});
   // How many times worker `idx` was recreated (by recreate_worker or the restart policy).
   int restarts(size_t idx) const;
   // Every death of a worker noticed while the group runs and the restart policy's decision about

@@ -397,7 +397,12 @@ void bind_driver(pyb::module_& m) {
            [](const PyWorkerGroup& g, size_t i) { return g.group->get_dp_leader_worker_idx(i); })
       .def(
           "recreate_worker",
-          [](PyWorkerGroup& g, size_t idx) { return g.group->recreate_worker(idx); }, nogil())
+          [](PyWorkerGroup& g, size_t idx, bool allow_replacement) {
+            troupe::RecreateOptions options;
+            options.allow_replacement = allow_replacement;
+            return g.group->recreate_worker(idx, options);
+          },
+          pybind11::arg("idx"), pybind11::arg("allow_replacement") = false, nogil())
       .def("restarts", [](const PyWorkerGroup& g, size_t idx) { return g.group->restarts(idx); })
       .def(
           "shutdown",

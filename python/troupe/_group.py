@@ -231,11 +231,14 @@ class WorkerGroup(_Dispatch):
         """The worker index of DP shard `dp_shard_idx`'s leader."""
         return self._g.get_dp_leader_worker_idx(dp_shard_idx)
 
-    def recreate_worker(self, worker_idx):
+    def recreate_worker(self, worker_idx, allow_replacement=False):
         """Rebuilds worker `worker_idx` in place (same bundle, environment and constructor
         arguments; a fresh name NAME-rN), killing the old process if still alive. Blocks until
-        the new worker is ready; returns its Worker."""
-        return Worker(self._g.recreate_worker(worker_idx))
+        the new worker is ready; returns its Worker.
+
+        When the worker's host is lost this raises HostLostError, unless `allow_replacement`:
+        then the worker moves to another live host, in a new bundle with the same resources."""
+        return Worker(self._g.recreate_worker(worker_idx, allow_replacement))
 
     def restarts(self, worker_idx):
         """How many times worker `worker_idx` was recreated."""

@@ -73,19 +73,71 @@ class VirtualClusterImpl {
       per_host[groups_[pg].bundles[b].host]++;
     }
     std::map<size_t, std::vector<int>> got;
-    for (const auto& [host, count] : per_host) {
-      auto agent = runtime_.impl().agent(host);
-      wire::control::ReservePorts request{owner.empty() ? id_ : owner, count,
-                                          options_.port_range_begin, options_.port_range_end};
-      Value v = agent->call(wire::control::ReservePorts::kMethod, request.to_map())
-                    .get(std::chrono::seconds(30));
-      got[host] = v.as<std::vector<int>>();
-      ports_hosts_.insert(host);
-    }
+    for (const auto& [host, count] : per_host) got[host] = reserve_ports_on(host, owner, count);
     std::map<size_t, size_t> next;
     std::vector<AddressAndPort> out;
     for (const Bundle* b : targets) out.push_back({b->address, got[b->host][next[b->host]++]});
     return out;
+  }
+
+  // A bundle that replaces one on a lost host, and the ports reserved for it there.
+  struct Replacement {
+    Bundle bundle;
+    std::vector<int> ports;
+  };
+  // Reserves one bundle with this cluster's bundle resources on a live host other than `lost`,
+  // preferring hosts this cluster does not use yet (so that a node stays a host of its own), as
+  // a placement group of its own (ID-reN, released at shutdown), and `port_count` ports there
+  // owned by `owner`. Blocks on the head and that host's agent. Throws
+  // Error(kResourceUnavailable) naming `lost` when no other live host has room.
+  Replacement replace_bundle(size_t lost, const std::string& owner, int port_count) {
+    auto hosts = runtime_.hosts();
+    auto& head = runtime_.impl().head_client();
+    std::string group_id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shut_down_) throw Error(ErrorCode::kShutdown, "virtual cluster " + id_ + " is shut down");
+      group_id = id_ + "-re" + std::to_string(replacement_groups_.size());
+      replacement_groups_.push_back(group_id);  // released at shutdown, reserved or not
+    }
+    head::BundleRequest request = bundle_request();
+    std::set<size_t> used;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& g : groups_)
+        for (const auto& b : g.bundles) used.insert(b.host);
+    }
+    std::stable_partition(hosts.begin(), hosts.end(),
+                          [&](const HostInfo& h) { return used.count(h.index) == 0; });
+    for (const auto& h : hosts) {
+      if (h.index == lost || !h.alive) continue;
+      std::vector<head::BundlePlacement> placed;
+      try {
+        placed = head.reserve(group_id, {request}, head::Strategy::kStrictPack, h.index);
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kResourceUnavailable) continue;
+        throw;
+      }
+      Replacement r;
+      r.bundle.num_cpus = request.cpus;
+      r.bundle.num_gpus = request.gpus;
+      r.bundle.memory_bytes = request.memory_bytes;
+      r.bundle.labels = request.labels;
+      r.bundle.host = h.index;
+      r.bundle.host_name = h.name;
+      r.bundle.address = h.address;
+      r.bundle.gpu_ids = placed.at(0).gpu_ids;
+      if (port_count > 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        r.ports = reserve_ports_on(h.index, owner, port_count);
+      }
+      return r;
+    }
+    std::string lost_name = lost < hosts.size() ? hosts[lost].name : std::to_string(lost);
+    throw Error(ErrorCode::kResourceUnavailable,
+                "no live host other than the lost " + lost_name + " has room for a bundle of " +
+                    std::to_string(request.cpus) + " CPUs and " + std::to_string(request.gpus) +
+                    " GPUs of virtual cluster '" + options_.name + "'");
   }
 
   // Releases the ports reserved for `owner` on every host.
@@ -109,11 +161,13 @@ class VirtualClusterImpl {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    for (const auto& g : groups_) {
+    std::vector<std::string> ids = replacement_groups_;
+    for (const auto& g : groups_) ids.push_back(g.id);
+    for (const auto& id : ids) {
       try {
-        runtime_.impl().head_client().release(g.id);
+        runtime_.impl().head_client().release(id);
       } catch (const Error& e) {
-        TROUPE_LOG(Warning) << "virtual cluster " << id_ << ": cannot release " << g.id << ": "
+        TROUPE_LOG(Warning) << "virtual cluster " << id_ << ": cannot release " << id << ": "
                             << e.message();
       }
     }
@@ -253,6 +307,18 @@ class VirtualClusterImpl {
     });
   }
 
+  // Reserves `count` ports on `host` for `owner` (default: this cluster) through its agent
+  // (blocking, at most 30 s). Callers hold mu_.
+  std::vector<int> reserve_ports_on(size_t host, const std::string& owner, int count) {
+    auto agent = runtime_.impl().agent(host);
+    wire::control::ReservePorts request{owner.empty() ? id_ : owner, count,
+                                        options_.port_range_begin, options_.port_range_end};
+    Value v = agent->call(wire::control::ReservePorts::kMethod, request.to_map())
+                  .get(std::chrono::seconds(30));
+    ports_hosts_.insert(host);
+    return v.as<std::vector<int>>();
+  }
+
   void reserve_with_retries() {
     auto deadline = Clock::now() + options_.creation_timeout;
     auto backoff = options_.retry_backoff;
@@ -280,6 +346,7 @@ class VirtualClusterImpl {
   std::string id_;
   std::vector<PlacementGroup> groups_;
   std::set<size_t> ports_hosts_;
+  std::vector<std::string> replacement_groups_;  // replace_bundle's placement groups
   mutable std::mutex mu_;
   bool shut_down_ = false;
 };

@@ -43,7 +43,9 @@ std::vector<RestartEvent> WorkerGroup::restart_events() const {
   std::lock_guard<std::mutex> lock(impl_->mu_);
   return impl_->events_;
 }
-Worker WorkerGroup::recreate_worker(size_t idx) { return impl_->recreate_worker(idx); }
+Worker WorkerGroup::recreate_worker(size_t idx, const RecreateOptions& options) {
+  return impl_->recreate_worker(idx, options);
+}
 int WorkerGroup::restarts(size_t idx) const {
   impl_->check_worker_index(idx);
   std::lock_guard<std::mutex> lock(impl_->mu_);

@@ -42,7 +42,10 @@ class WorkerGroupImpl {
   std::optional<ShutdownReport> report_;
 
   Worker worker(size_t idx) const;
-  Worker recreate_worker(size_t idx);
+  Worker recreate_worker(size_t idx, const RecreateOptions& options = {});
+  // Points creation_[idx] (and `o`, its copy) at a replacement bundle on a live host
+  // (VirtualClusterImpl::replace_bundle). Blocking; called with recreate_mu_ held.
+  void move_off_lost_host(size_t idx, WorkerOptions& o);
   ShutdownReport shutdown(const ShutdownOptions& options);
   std::string gpu_state(size_t idx, const std::string& label, std::chrono::milliseconds timeout);
 

@@ -3,12 +3,13 @@
 // decision (restart_events) whether or not it restarts.
 #include "common/log.h"
 #include "controller/cluster_impl.h"
+#include "controller/virtual_cluster_impl.h"
 #include "controller/worker_group_impl.h"
 #include "controller/worker_state.h"
 
 namespace troupe::internal {
 
-Worker WorkerGroupImpl::recreate_worker(size_t idx) {
+Worker WorkerGroupImpl::recreate_worker(size_t idx, const RecreateOptions& options) {
   std::lock_guard<std::mutex> serial(recreate_mu_);
   Worker old = worker(idx);
   WorkerOptions o;
@@ -16,6 +17,21 @@ Worker WorkerGroupImpl::recreate_worker(size_t idx) {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) throw Error(ErrorCode::kShutdown, "worker group '" + name_ + "' is shut down");
     o = creation_[idx];
+  }
+  auto hosts = cluster_.runtime().hosts();
+  if (o.host < hosts.size() && !hosts[o.host].alive) {
+    const HostInfo& lost = hosts[o.host];
+    if (!options.allow_replacement)
+      throw Error(ErrorCode::kHostLost,
+                  "worker " + std::to_string(idx) + " (" + old.name() + ") of group '" + name_ +
+                      "' cannot be recreated in place: its host " + lost.name + " (" +
+                      lost.address +
+                      ") is lost; RecreateOptions::allow_replacement places it on another host "
+                      "with the same bundle resources");
+    move_off_lost_host(idx, o);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     o.name = creation_[idx].name + "-r" + std::to_string(++restarts_[idx]);
   }
   if (old.alive()) old.stop();
@@ -34,6 +50,27 @@ Worker WorkerGroupImpl::recreate_worker(size_t idx) {
   TROUPE_LOG(Info) << "worker " << idx << " of group " << name_ << " recreated as " << o.name;
   watch(idx, fresh);
   return fresh;
+}
+
+void WorkerGroupImpl::move_off_lost_host(size_t idx, WorkerOptions& o) {
+  bool binds_master = o.rank == 0;  // rank 0 binds MASTER_PORT: it needs a second port
+  auto r = cluster_.impl().replace_bundle(o.host, port_owner_, binds_master ? 2 : 1);
+  size_t from = o.host;
+  o.host = r.bundle.host;
+  if (!o.gpus.empty()) o.gpus = r.bundle.gpu_ids;
+  o.ports = r.ports;
+  if (binds_master) {
+    o.env["MASTER_ADDR"] = r.bundle.address;
+    o.env["MASTER_PORT"] = std::to_string(r.ports.at(1));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string name = creation_[idx].name;
+  creation_[idx] = o;
+  creation_[idx].name = name;
+  metadata_[idx].host = r.bundle.host;
+  metadata_[idx].gpu_ids = o.gpus;
+  TROUPE_LOG(Info) << "worker " << idx << " of group " << name_ << " moves from lost host " << from
+                   << " to " << r.bundle.host_name;
 }
 
 void WorkerGroupImpl::watch(size_t idx, const Worker& worker) {

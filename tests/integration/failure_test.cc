@@ -304,6 +304,60 @@ TEST(Recreate, ReplaysAKilledWorkerInPlace) {
   EXPECT_TRUE(procs.all_gone(10s));
 }
 
+// A worker whose host is lost is not recreated in place: recreate_worker says why. With
+// RecreateOptions::allow_replacement it moves to another live host with a bundle of the same
+// resources; rank 0 takes that host's MASTER_ADDR with it.
+TEST(Recreate, AWorkerOfALostHostMovesOnlyWhenAllowed) {
+  become_subreaper();
+  Cluster cluster(quiet_cluster(3, 2, 4));
+  ProcessSet procs;
+  {
+    VirtualCluster vc(cluster, vc_options({1, 1}));  // host-0 and host-1; host-2 is spare
+    WorkerGroup group(vc, WorkerBuilder("FailProbe"), group_options("mover"));
+    procs.add_cluster(cluster);
+    const auto hosts = cluster.hosts();
+    ASSERT_EQ(group.worker(0).host(), 0u);
+    ASSERT_EQ(group.worker(1).host(), 1u);
+    const std::string master_before = env_of(group.worker(1), "MASTER_ADDR");
+    EXPECT_EQ(master_before, hosts[0].address);
+
+    ASSERT_EQ(::kill(hosts[0].agent_pid, SIGKILL), 0);  // rank 0's host
+    ASSERT_TRUE(eventually([&] { return !cluster.hosts()[0].alive; }, 5s));
+    try {
+      group.recreate_worker(0);
+      ADD_FAILURE() << "recreate_worker placed a worker on a lost host";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kHostLost) << e.what();
+      EXPECT_HAS(e.message(), "host-0");
+      EXPECT_HAS(e.message(), "allow_replacement");
+    }
+    EXPECT_EQ(group.restarts(0), 0);
+
+    troupe::RecreateOptions move;
+    move.allow_replacement = true;
+    Worker moved = group.recreate_worker(0, move);
+    procs.add_tree(moved.pid(), "moved worker " + moved.name());
+    EXPECT_EQ(moved.host(), 2u);
+    EXPECT_EQ(group.worker_metadata()[0].host, 2u);
+    EXPECT_EQ(env_of(moved, "TROUPE_HOST_NAME"), "host-2");
+    EXPECT_EQ(env_of(moved, "RANK"), "0");
+    EXPECT_EQ(env_of(moved, "WORLD_SIZE"), "2");
+    EXPECT_EQ(env_of(moved, "CUDA_VISIBLE_DEVICES"), "0");  // host-2's first GPU, unused before
+    EXPECT_EQ(env_of(moved, "MASTER_ADDR"), hosts[2].address);
+    EXPECT_EQ(env_of(group.worker(1), "MASTER_ADDR"), master_before);  // started with it
+    auto results =
+        group.get_all_worker_results(group.run_all_workers_single_data("echo", {{"x", 7}}));
+    EXPECT_EQ(results, (std::vector<Value>{echoed(0, 7), echoed(1, 7)}));
+
+    // The move is remembered: recreating it again replays it on host-2.
+    Worker again = group.recreate_worker(0);
+    procs.add_tree(again.pid(), "recreated worker " + again.name());
+    EXPECT_EQ(group.worker(0).host(), 2u);
+  }
+  cluster.shutdown();
+  EXPECT_TRUE(procs.all_gone(10s));
+}
+
 // WorkerGroupOptions::max_restarts: a dead worker is recreated by itself within its budget; the
 // call in flight fails and is never re-run (at most once).
 TEST(RestartPolicy, RestartsWithinTheBudgetAndNeverRerunsACall) {
