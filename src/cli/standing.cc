@@ -273,8 +273,11 @@ int run_start_head(const StartHeadOptions& o) {
       std::printf("join a host with:\n  troupe start --address %s%s\n", address.c_str(),
                   token_path.empty() ? "   (with TROUPE_TOKEN set)"
                                      : (" --token-file " + token_path).c_str());
-      std::printf("drivers connect with TROUPE_ADDRESS=%s; stop with: troupe stop\n",
-                  address.c_str());
+      std::printf("run a driver against it with:\n  TROUPE_ADDRESS=%s %s ./your_driver\n"
+                  "stop with: troupe stop\n",
+                  address.c_str(),
+                  token_path.empty() ? "TROUPE_TOKEN=..."
+                                     : ("TROUPE_TOKEN_FILE=" + token_path).c_str());
       return 0;
     });
   } catch (const Error& e) {

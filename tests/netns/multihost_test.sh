@@ -89,6 +89,12 @@ check "worker output reaches the driver's terminal" \
   grep -Eq '^\(mh[-_0-9]* pid=[1-9][0-9]*\) line-from-rank-3$' "$work/dispatch.out" ||
   grep line-from "$work/dispatch.out"
 
+demo() {  # the demo, unchanged, redirected by TROUPE_ADDRESS; its output when it fails
+  ns tr-h1 env TROUPE_ADDRESS=$head_address timeout 120 "$troupe" demo >"$work/demo.out" 2>&1 ||
+    { tail -n 30 "$work/demo.out"; return 1; }
+}
+check "troupe demo runs unchanged against the standing cluster" demo
+
 # A driver holding a worker on each host: probe every listening port, then kill the driver.
 run hold.out MultiHost.HoldWorkersUntilKilled PIDS_FILE="$work/pids" &
 holder=$!
