@@ -420,10 +420,18 @@ class Agent {
 
   void list_workers(const transport::Responder& resp) {
     Array out;
+    auto env_of = [](const WorkerLaunch& launch, const std::string& key) {
+      for (const auto& kv : launch.env)
+        if (kv.size() > key.size() && kv.compare(0, key.size(), key) == 0 && kv[key.size()] == '=')
+          return kv.substr(key.size() + 1);
+      return std::string();
+    };
     for (const auto& [name, w] : workers_)
       out.push_back(Map{{"name", name},
                         {"pid", static_cast<int64_t>(w.process->pid())},
-                        {"alive", !w.process->exited()}});
+                        {"alive", !w.process->exited()},
+                        {"group", env_of(w.process->launch(), "TROUPE_WORKER_GROUP")},
+                        {"rank", env_of(w.process->launch(), "RANK")}});
     for (const auto& e : exits_)
       out.push_back(Map{{"name", e.name}, {"pid", static_cast<int64_t>(e.pid)}, {"alive", false}});
     resp.reply(std::move(out));

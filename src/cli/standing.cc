@@ -189,12 +189,17 @@ Value head_status(const head::Head& head, const std::string& address) {
              {"gpus", static_cast<int64_t>(h.gpu_ids.size())},
              {"alive", h.alive},
              {"agent_pid", static_cast<int64_t>(h.agent_pid)},
-             {"memory_total", h.memory_bytes}};
+             {"memory_total", h.memory_bytes},
+             {"tcp_endpoint", h.tcp_endpoint}};
     if (i < free.size()) host.emplace_back("reserved", free[i]);
     hosts.push_back(std::move(host));
   }
+  Array groups;
+  for (const auto& [id, where] : head.placement_groups())
+    groups.push_back(Map{{"id", id}, {"bundles", where}});
   return Map{{"session", "standing cluster, head at " + address},
              {"hosts", std::move(hosts)},
+             {"placement_groups", std::move(groups)},
              {"workers", Array{}}};
 }
 
@@ -273,11 +278,11 @@ int run_start_head(const StartHeadOptions& o) {
       std::printf("join a host with:\n  troupe start --address %s%s\n", address.c_str(),
                   token_path.empty() ? "   (with TROUPE_TOKEN set)"
                                      : (" --token-file " + token_path).c_str());
-      std::printf("run a driver against it with:\n  TROUPE_ADDRESS=%s %s ./your_driver\n"
-                  "stop with: troupe stop\n",
-                  address.c_str(),
-                  token_path.empty() ? "TROUPE_TOKEN=..."
-                                     : ("TROUPE_TOKEN_FILE=" + token_path).c_str());
+      std::printf(
+          "run a driver against it with:\n  TROUPE_ADDRESS=%s %s ./your_driver\n"
+          "stop with: troupe stop\n",
+          address.c_str(),
+          token_path.empty() ? "TROUPE_TOKEN=..." : ("TROUPE_TOKEN_FILE=" + token_path).c_str());
       return 0;
     });
   } catch (const Error& e) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <string>
 
 #include "common/env.h"
@@ -13,11 +14,13 @@
 #include "transport/io_loop.h"
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
+#include "wire/control.h"
 
 namespace troupe::cli {
 namespace {
 
 namespace fs = std::filesystem;
+namespace control = wire::control;
 
 // The newest session directory of this user with a head socket.
 std::string newest_session() {
@@ -67,6 +70,12 @@ void print(const Value& status) {
         for (const auto& [group, bytes] : g->as_map())
           std::printf("    worker group %-20s %s resident\n", group.c_str(), mib(&bytes).c_str());
     }
+  if (const Value* pgs = status.find("placement_groups"); pgs && pgs->is_array()) {
+    std::printf("\nplacement groups:\n");
+    if (pgs->as_array().empty()) std::printf("  (none)\n");
+    for (const auto& g : pgs->as_array())
+      std::printf("  %-28s %s\n", str(g.find("id")).c_str(), str(g.find("bundles")).c_str());
+  }
   std::printf("\nworkers:\n");
   if (const Value* ws = status.find("workers"); ws && ws->is_array())
     for (const auto& w : ws->as_array())
@@ -80,7 +89,10 @@ void print(const Value& status) {
 
 }  // namespace
 
-Value ask_head_status(const std::string& endpoint, const std::string& token) {
+namespace {
+// Asks a daemon at `endpoint` for `method` (no arguments); blocks at most 5 s to connect and
+// 30 s for the reply. Throws Error.
+Value ask(const std::string& endpoint, const std::string& token, const std::string& method) {
   transport::IoLoop loop;
   std::promise<std::shared_ptr<transport::RpcPeer>> connected;
   transport::async_connect(
@@ -95,7 +107,7 @@ Value ask_head_status(const std::string& endpoint, const std::string& token) {
   auto peer = connected.get_future().get();
   Value status;
   try {
-    status = peer->call("status", {}, "status of the head").get(std::chrono::seconds(30));
+    status = peer->call(method, {}, method + " of " + endpoint).get(std::chrono::seconds(30));
   } catch (...) {
     peer->close(Error(ErrorCode::kShutdown, "done"));
     loop.run_sync([] {});
@@ -106,10 +118,65 @@ Value ask_head_status(const std::string& endpoint, const std::string& token) {
   return status;
 }
 
+// A standing cluster's head knows hosts and placement groups; each live host's agent adds its
+// memory and its workers (group, rank, resident memory). A host whose agent does not answer
+// says so.
+Value with_agents(Value status, const std::string& token) {
+  Array workers;
+  Value* hosts = nullptr;
+  for (auto& [k, v] : status.as_map())
+    if (k == "hosts" && v.is_array()) hosts = &v;
+  if (!hosts) return status;
+  for (auto& h : hosts->as_array()) {
+    const Value* alive = h.find("alive");
+    const Value* endpoint = h.find("tcp_endpoint");
+    if (!alive || !alive->is_bool() || !alive->as_bool() || !endpoint || !endpoint->is_string() ||
+        endpoint->as_string().empty())
+      continue;
+    std::string host_name = str(h.find("name"));
+    try {
+      auto memory = control::MemoryReply::from(ask(endpoint->as_string(), token, "memory"));
+      Value listed = ask(endpoint->as_string(), token, "list_workers");
+      std::map<std::string, int64_t> group_memory;
+      for (const auto& w : listed.as_array()) {
+        std::string name = str(w.find("name")), group = str(w.find("group"));
+        auto rss = memory.workers.find(name);
+        if (rss != memory.workers.end() && !group.empty()) group_memory[group] += rss->second;
+        const Value* up = w.find("alive");
+        if (!up || !up->is_bool() || !up->as_bool()) continue;
+        workers.push_back(Map{{"name", name},
+                              {"group", group},
+                              {"rank", str(w.find("rank"))},
+                              {"class", ""},
+                              {"host", host_name},
+                              {"pid", w.find("pid") ? *w.find("pid") : Value()},
+                              {"alive", true}});
+      }
+      Map groups;
+      for (const auto& [g, bytes] : group_memory) groups.emplace_back(g, bytes);
+      h.as_map().emplace_back("memory_available", memory.available_bytes);
+      h.as_map().emplace_back("group_memory", std::move(groups));
+    } catch (const Error& e) {
+      h.as_map().emplace_back("reserved", str(h.find("reserved")) + "\n    (its agent at " +
+                                              endpoint->as_string() +
+                                              " did not answer: " + e.message() + ")");
+    }
+  }
+  for (auto& [k, v] : status.as_map())
+    if (k == "workers") v = Value(std::move(workers));
+  return status;
+}
+
+}  // namespace
+
+Value ask_head_status(const std::string& endpoint, const std::string& token) {
+  return ask(endpoint, token, "status");
+}
+
 int run_status(std::string session, const std::string& address, const std::string& token) {
   if (!address.empty()) {
     try {
-      print(ask_head_status("tcp:" + address, token));
+      print(with_agents(ask_head_status("tcp:" + address, token), token));
       return 0;
     } catch (const Error& e) {
       std::fprintf(stderr, "troupe status: %s (head %s)\n", e.what(), address.c_str());

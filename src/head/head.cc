@@ -1,5 +1,7 @@
 #include "head/head.h"
 
+#include <map>
+
 #include "common/log.h"
 #include "wire/control.h"
 #include "wire/head_protocol.h"
@@ -335,6 +337,33 @@ std::vector<std::string> Head::describe_free() const {
   std::vector<std::string> out;
   if (book_)
     for (size_t i = 0; i < book_->hosts().size(); ++i) out.push_back(book_->describe_free(i));
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> Head::placement_groups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!book_) return out;
+  for (const auto& id : book_->group_ids()) {
+    std::map<size_t, std::pair<int, std::vector<int>>> per_host;  // bundles, GPU ids
+    for (const auto& p : *book_->placements(id)) {
+      auto& [count, gpus] = per_host[p.host];
+      ++count;
+      gpus.insert(gpus.end(), p.gpu_ids.begin(), p.gpu_ids.end());
+    }
+    std::string where;
+    for (const auto& [host, bundles] : per_host) {
+      if (!where.empty()) where += "; ";
+      where += (host < hosts_.size() ? hosts_[host].host_name : "host " + std::to_string(host)) +
+               ": " + std::to_string(bundles.first) + (bundles.first == 1 ? " bundle" : " bundles");
+      if (!bundles.second.empty()) {
+        where += " (GPUs";
+        for (int g : bundles.second) where += " " + std::to_string(g);
+        where += ")";
+      }
+    }
+    out.emplace_back(id, where);
+  }
   return out;
 }
 

@@ -75,6 +75,9 @@ class Head {
   bool release(const std::string& group_id);
   // Free resources of every host, one line each.
   std::vector<std::string> describe_free() const;
+  // Every reserved placement group: its id and where its bundles are, e.g. "node-a: 2 bundles
+  // (GPUs 0 1)", hosts separated by "; ".
+  std::vector<std::pair<std::string, std::string>> placement_groups() const;
   // Serves "status" requests (from `troupe status`) with what `provider` returns; it runs on one
   // thread of the head's, never on the I/O thread, so it may block. Requests are served one at a
   // time, in order; the thread is started at the first request and joined by close().

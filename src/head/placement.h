@@ -110,6 +110,12 @@ class ResourceBook {
   // The placements of a reserved group, or nullptr.
   const std::vector<BundlePlacement>* placements(const std::string& group_id) const;
   size_t group_count() const { return groups_.size(); }
+  // The ids of every reserved group, in id order.
+  std::vector<std::string> group_ids() const {
+    std::vector<std::string> ids;
+    for (const auto& [id, r] : groups_) ids.push_back(id);
+    return ids;
+  }
 
   // Free resources of one host (index must be < hosts().size()).
   HostFree free_resources(size_t host) const;

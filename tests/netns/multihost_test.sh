@@ -106,6 +106,14 @@ if check "the holding driver started its workers" wait_for 60 test -s "$work/pid
       ports+=("$p")
     done
   done
+  TMPDIR=$work/h1 ns tr-h1 "$troupe" status --address $head_address >"$work/status.out" 2>&1
+  check "status lists the driver's placement groups" \
+    grep -Eq '^  [0-9a-f]{8}\.vc-[0-9]+-pg1 +node-b: 1 bundle$' "$work/status.out"
+  check "status lists the workers with group, rank and host" \
+    grep -Eq '^  [0-9a-f]{8}\.held-1-0 +group held +rank 1 .* on node-b +pid [1-9][0-9]* +alive$' \
+    "$work/status.out"
+  check "status shows each host's worker-group memory" \
+    grep -Eq '^    worker group held +[0-9.]+ MiB resident$' "$work/status.out"
   # the head, two agents and two workers at least
   check "every daemon and worker listens (${#ports[@]} ports)" test "${#ports[@]}" -ge 5
   for p in "${ports[@]}"; do
