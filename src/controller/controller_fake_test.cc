@@ -4,8 +4,10 @@
 // order hosts register), port reservation and release, what a start request carries, and host
 // loss (kHostLost naming the host, pending starts failing, reconnection on demand).
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,12 +41,32 @@ troupe::head::HostRecord host(const std::string& name, const std::string& addres
   return r;
 }
 
+// Session directories of the fake clusters (no process writes there), removed at exit.
+class SessionDirs {
+ public:
+  SessionDirs() {
+    char tmpl[] = "/tmp/troupe-controller-test-XXXXXX";
+    if (::mkdtemp(tmpl)) base_ = tmpl;
+  }
+  ~SessionDirs() {
+    std::error_code ec;
+    if (!base_.empty()) std::filesystem::remove_all(base_, ec);
+  }
+  std::string next() { return base_ + "/session-" + std::to_string(count_++); }
+
+ private:
+  std::string base_;
+  int count_ = 0;
+};
+
 // A Cluster over a fake head and fake agents. `head` and `agents` must outlive it.
 std::unique_ptr<troupe::Cluster> fake_cluster(std::unique_ptr<FakeHeadClient> head,
                                               FakeAgents& agents) {
   troupe::ClusterOptions options;
   options.address = "fake-head:6379";
   options.log_to_driver = false;
+  static SessionDirs dirs;
+  options.session_dir = dirs.next();
   options.executables["Remote"] = troupe::WorkerExecutable{"/opt/fake/worker", {"--serve"}, {}};
   return std::make_unique<troupe::Cluster>(std::make_unique<troupe::internal::ClusterImpl>(
       std::move(options), std::move(head), agents.connector()));
@@ -278,6 +300,33 @@ TEST(ControllerWithFakes, ShutdownStopsOnlyThisDriversWorkers) {
   EXPECT_EQ(names, (std::set<std::string>{prefix + "a", prefix + "b"}));
   EXPECT_TRUE(agent->closed());
   error_message([&] { cluster->start_worker(remote(0)); }, ErrorCode::kShutdown);
+}
+
+// The agent's worker_exited event reaches the worker of that name on that host only: its death
+// error carries the status and the stderr tail, and stopping it afterwards asks no agent.
+TEST(ControllerWithFakes, ExitReportsReachTheWorkerOnThatHost) {
+  auto head = std::make_unique<FakeHeadClient>();
+  head->add_host(host("host-0", "10.77.0.2", 0));
+  head->add_host(host("host-1", "10.77.0.3", 0));
+  FakeAgents agents;
+  agents.configure([](FakeAgentClient& a) { a.hold_starts = true; });
+  auto cluster = fake_cluster(std::move(head), agents);
+  const std::string prefix = cluster->impl().id_prefix();
+  troupe::Worker w = cluster->start_worker(remote(0, "crash"));
+  troupe::wire::control::WorkerExited exited{
+      prefix + "crash", 99, "exit code 3", 3, std::nullopt, {"Traceback", "boom"}};
+  agents.agent(1)->report_exit(exited);  // another host's agent: not this worker
+  EXPECT_TRUE(w.alive());
+  agents.agent(0)->report_exit(exited);
+  EXPECT_FALSE(w.alive());
+  auto ready = w.ready();
+  ASSERT_TRUE(ready.wait_for(5s));
+  EXPECT_EQ(ready.error()->code(), ErrorCode::kWorkerDied);
+  EXPECT_EQ(ready.error()->message(),
+            "worker 'crash' (class Remote, host host-0) died: exit code 3; last lines of its "
+            "stderr:\n  Traceback\n  boom");
+  EXPECT_EQ(w.stop(), "exit code 3");
+  EXPECT_TRUE(agents.agent(0)->stops().empty());
 }
 
 TEST(ControllerWithFakes, NoReachableHostIsAClearError) {
