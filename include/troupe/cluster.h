@@ -201,6 +201,9 @@ class Cluster {
   // kConnectionLost/kTimeout when the head cannot be reached, kResourceUnavailable when no host
   // is alive.
   explicit Cluster(ClusterOptions options = {});
+  // Takes over a cluster implementation built elsewhere (the controller's unit tests build one
+  // over fake head and agent clients). `impl` must not be null.
+  explicit Cluster(std::unique_ptr<internal::ClusterImpl> impl);
   // shutdown().
   ~Cluster();
   Cluster(const Cluster&) = delete;

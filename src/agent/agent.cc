@@ -245,22 +245,24 @@ class Agent {
       if (r.method == control::StopWorker::kMethod)
         return stop_worker(control::StopWorker::from(r.kwargs), resp);
       if (r.method == "list_workers") return list_workers(resp);
-      if (r.method == "shutdown") {
+      if (r.method == control::Shutdown::kMethod) {
         shutdown_requested_ = true;
         resp.reply(Value());
         return begin_shutdown(0);
       }
       if (r.method == "ping") return resp.reply(config_.host_name);
-      if (r.method == "memory") return memory(resp);
+      if (r.method == control::Memory::kMethod) return memory(resp);
       if (r.method == control::GpuState::kMethod)
-        return resp.reply(to_value(read_gpu_state(control::GpuState::from(r.kwargs).gpus)));
+        return resp.reply(
+            control::GpuState::reply(read_gpu_state(control::GpuState::from(r.kwargs).gpus)));
       if (r.method == control::ReservePorts::kMethod) {
         auto m = control::ReservePorts::from(r.kwargs);
-        return resp.reply(to_value(ports_.reserve(m.owner, m.count, m.lo, m.hi)));
+        return resp.reply(
+            control::ReservePorts::reply(ports_.reserve(m.owner, m.count, m.lo, m.hi)));
       }
       if (r.method == control::ReleasePorts::kMethod)
-        return resp.reply(
-            static_cast<int64_t>(ports_.release(control::ReleasePorts::from(r.kwargs).owner)));
+        return resp.reply(control::ReleasePorts::reply(
+            static_cast<int64_t>(ports_.release(control::ReleasePorts::from(r.kwargs).owner))));
       resp.fail(Error(ErrorCode::kUnknownMethod,
                       "agent " + config_.host_name + " has no method '" + r.method +
                           "' (start_worker, stop_worker, list_workers, reserve_ports, "

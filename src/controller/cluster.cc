@@ -50,6 +50,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
     standing_ = true;
     make_session_dir(false);
     loop_ = std::make_unique<transport::IoLoop>();
+    connect_ = make_agent_connector(*loop_);
     try {
       connect_standing(address);
     } catch (...) {
@@ -67,6 +68,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
     write_token_file(session_, token_);
   }
   loop_ = std::make_unique<transport::IoLoop>();
+  connect_ = make_agent_connector(*loop_);
   try {
     head_ = std::make_unique<head::Head>(loop_->context(),
                                          "unix:" + session_.socket_dir + "/head.sock", token_);
@@ -74,6 +76,26 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
     start_agents();
     connect_agents();
     head_->set_status_provider([this] { return status(); });
+  } catch (...) {
+    shutdown();
+    throw;
+  }
+}
+
+ClusterImpl::ClusterImpl(ClusterOptions options, std::unique_ptr<HeadClient> head,
+                         AgentConnector connect)
+    : options_(std::move(options)) {
+  standing_ = true;
+  head_address_ = options_.address.empty() ? "(injected head)" : options_.address;
+  make_session_dir(false);
+  loop_ = std::make_unique<transport::IoLoop>();
+  head_client_ = std::move(head);
+  connect_ = std::move(connect);
+  for (unsigned char c : token::random_bytes(4))
+    id_prefix_ += "0123456789abcdef"[c >> 4], id_prefix_ += "0123456789abcdef"[c & 15];
+  id_prefix_ += ".";
+  try {
+    attach_hosts();
   } catch (...) {
     shutdown();
     throw;
@@ -151,7 +173,7 @@ void ClusterImpl::start_agents() {
     return {};
   });
   // The head assigned the ids (expect_hosts kept ClusterOptions order): host i is head host i.
-  host_records_ = head_->hosts();
+  host_records_ = head_client_->hosts();
   host_records_.resize(agents_.size());
   for (size_t i = 0; i < agents_.size(); ++i)
     if (host_records_[i].host_name != agents_[i].host_name)
@@ -162,37 +184,34 @@ void ClusterImpl::start_agents() {
 
 void ClusterImpl::connect_agents() {
   for (size_t i = 0; i < agents_.size(); ++i) {
-    auto peer = open_agent(i, host_records_[i].unix_endpoint);
+    auto client = open_agent(i, host_records_[i].unix_endpoint, false);
     std::lock_guard<std::mutex> lock(hosts_mu_);
-    agents_[i].peer = peer;
+    agents_[i].client = client;
   }
 }
 
-std::shared_ptr<transport::RpcPeer> ClusterImpl::open_agent(size_t host,
-                                                            const std::string& endpoint) {
-  std::promise<std::shared_ptr<transport::RpcPeer>> done;
-  auto fut = done.get_future();
-  transport::async_connect(
-      loop_->context(), endpoint, token_, kConnectTimeout,
-      [this, host, &done](std::shared_ptr<transport::Connection> c, const Error* error) {
-        if (error) {
-          done.set_exception(std::make_exception_ptr(*error));
-          return;
-        }
-        auto self = std::make_shared<const transport::RpcPeer*>(nullptr);
-        transport::RpcPeer::Handlers h;
-        h.on_event = [this, host](wire::Event&& e) { on_agent_event(host, std::move(e)); };
-        h.on_close = [this, host, self](const Error& reason) {
-          on_agent_lost(host, *self, reason);
-        };
-        auto peer = transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h));
-        *self = peer.get();
-        done.set_value(peer);
-      });
-  return fut.get();
+std::shared_ptr<AgentClient> ClusterImpl::open_agent(size_t host, const std::string& endpoint,
+                                                     bool monitor) {
+  AgentConnectOptions o;
+  o.endpoint = endpoint;
+  o.token = token_;
+  o.connect_timeout = kConnectTimeout;
+  if (monitor) {
+    o.heartbeat_interval = options_.heartbeat_interval;
+    o.heartbeat_timeout = options_.host_lost_timeout;
+  }
+  AgentEvents events;
+  events.on_worker_exited = [this, host](control::WorkerExited&& e) {
+    on_worker_exited(host, std::move(e));
+  };
+  events.on_worker_log = [this](control::WorkerLog&& log) { print_worker_log(std::move(log)); };
+  events.on_closed = [this, host](const AgentClient* client, const Error& reason) {
+    on_agent_lost(host, client, reason);
+  };
+  return connect_(host, o, std::move(events));
 }
 
-void ClusterImpl::on_agent_lost(size_t host, const transport::RpcPeer* peer, const Error& reason) {
+void ClusterImpl::on_agent_lost(size_t host, const AgentClient* client, const Error& reason) {
   std::vector<std::shared_ptr<WorkerState>> lost;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -200,7 +219,7 @@ void ClusterImpl::on_agent_lost(size_t host, const transport::RpcPeer* peer, con
     for (const auto& [name, w] : workers_) {
       if (w->host() != host) continue;
       auto agent = w->agent.lock();
-      if (!agent || agent.get() == peer) lost.push_back(w);
+      if (!agent || agent.get() == client) lost.push_back(w);
     }
   }
   std::string host_name, address;
@@ -232,16 +251,7 @@ void ClusterImpl::on_agent_lost(size_t host, const transport::RpcPeer* peer, con
   }
 }
 
-void ClusterImpl::on_agent_event(size_t host, wire::Event&& event) {
-  if (event.name == control::WorkerLog::kEvent) return print_worker_log(std::move(event));
-  if (event.name != control::WorkerExited::kEvent) return;
-  control::WorkerExited exited;
-  try {
-    exited = control::WorkerExited::from(event.value);
-  } catch (const Error& e) {
-    TROUPE_LOG(Warning) << "agent of host " << host << " sent a bad event: " << e.message();
-    return;
-  }
+void ClusterImpl::on_worker_exited(size_t host, control::WorkerExited&& exited) {
   std::shared_ptr<WorkerState> w;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -257,7 +267,7 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) throw Error(ErrorCode::kShutdown, "the cluster is shut down");
   }
-  std::shared_ptr<transport::RpcPeer> agent_peer = agent(options.host);  // throws
+  std::shared_ptr<AgentClient> agent_client = agent(options.host);  // throws
   std::string host_name;
   bool same_network = true;
   {
@@ -286,7 +296,7 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
       throw Error(ErrorCode::kInvalidArgument, "a worker named '" + options.name + "' exists");
     worker = std::make_shared<WorkerState>(loop_->context(), options.name, options.class_name,
                                            options.host, host_name);
-    worker->agent = agent_peer;
+    worker->agent = agent_client;
     worker->agent_name = id_prefix_ + options.name;
     worker->group = options.group;
     worker->rank = options.rank;
@@ -296,7 +306,7 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     };
     workers_[options.name] = worker;
   }
-  launch(worker, options, agent_peer, same_network);
+  launch(worker, options, agent_client, same_network);
   return Worker(worker);
 }
 
@@ -308,24 +318,24 @@ std::map<std::string, std::string> ClusterImpl::inheritable_environment() {
   return vars;
 }
 
-std::shared_ptr<transport::RpcPeer> ClusterImpl::connected_agent(size_t host) const {
+std::shared_ptr<AgentClient> ClusterImpl::connected_agent(size_t host) const {
   std::lock_guard<std::mutex> lock(hosts_mu_);
-  if (host < agents_.size() && agents_[host].peer && !agents_[host].peer->closed())
-    return agents_[host].peer;
+  if (host < agents_.size() && agents_[host].client && !agents_[host].client->closed())
+    return agents_[host].client;
   return nullptr;
 }
 
-std::shared_ptr<transport::RpcPeer> ClusterImpl::agent(size_t host) {
+std::shared_ptr<AgentClient> ClusterImpl::agent(size_t host) {
   {
     std::lock_guard<std::mutex> lock(hosts_mu_);
-    if (host < agents_.size() && agents_[host].peer && !agents_[host].peer->closed())
-      return agents_[host].peer;
+    if (host < agents_.size() && agents_[host].client && !agents_[host].client->closed())
+      return agents_[host].client;
     if (!standing_) {
       if (host >= agents_.size())
         throw Error(ErrorCode::kInvalidArgument, "host index " + std::to_string(host) +
                                                      " is out of range: the cluster has " +
                                                      std::to_string(agents_.size()) + " hosts");
-      return agents_[host].peer;  // closed: calls on it fail naming the agent
+      return agents_[host].client;  // closed: requests on it fail naming the agent
     }
   }
   refresh_hosts();
@@ -344,20 +354,19 @@ std::shared_ptr<transport::RpcPeer> ClusterImpl::agent(size_t host) {
     throw Error(ErrorCode::kHostLost, "host " + record.host_name + " (id " + std::to_string(host) +
                                           ", " + record.address +
                                           ") is lost: its agent is not connected to the head");
-  auto peer = open_agent(host, same_network ? record.unix_endpoint : record.tcp_endpoint);
-  peer->start_heartbeat(options_.heartbeat_interval, options_.host_lost_timeout);
+  auto client = open_agent(host, same_network ? record.unix_endpoint : record.tcp_endpoint, true);
   std::lock_guard<std::mutex> lock(hosts_mu_);
   auto& link = agents_[host];
-  if (link.peer && !link.peer->closed()) {  // another thread connected meanwhile
-    peer->close(Error(ErrorCode::kShutdown, "a duplicate connection"));
-    return link.peer;
+  if (link.client && !link.client->closed()) {  // another thread connected meanwhile
+    client->close(Error(ErrorCode::kShutdown, "a duplicate connection"));
+    return link.client;
   }
-  link.peer = peer;
-  return peer;
+  link.client = client;
+  return client;
 }
 
 void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options,
-                         std::shared_ptr<transport::RpcPeer> agent, bool same_network) {
+                         std::shared_ptr<AgentClient> agent, bool same_network) {
   std::map<std::string, std::string> vars;
   if (options.inherit_driver_environment) vars = inheritable_environment();
   for (const auto& [k, v] : options.env) vars[k] = v;
@@ -390,21 +399,12 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
   Kwargs ctor_args = options.args;
   std::string token = token_;
   asio::io_context& io = loop_->context();
-  agent
-      ->call(control::StartWorker::kMethod, request.to_map(),
-             "start of worker '" + options.name + "'")
-      .then([worker, ctor_args, token, log_path, same_network, &io](const Future<Value>& f) {
-        if (auto e = f.error()) {
+  agent->start_worker(request, "start of worker '" + options.name + "'")
+      .then([worker, ctor_args, token, log_path, same_network, &io](
+                const Error* e, control::StartWorkerReply started) {
+        if (e) {
           worker->mark_dead(
               Error(e->code(), "cannot start " + worker->describe() + ": " + e->message()));
-          return;
-        }
-        control::StartWorkerReply started;
-        try {
-          started = control::StartWorkerReply::from(f.state()->value_or_throw());
-        } catch (const Error& e) {
-          worker->mark_dead(
-              Error(e.code(), "cannot start " + worker->describe() + ": " + e.message()));
           return;
         }
         worker->on_started(static_cast<pid_t>(started.pid),
@@ -431,27 +431,28 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
 
 std::vector<std::string> ClusterImpl::stop_workers(
     const std::vector<std::shared_ptr<WorkerState>>& workers, std::chrono::milliseconds grace) {
-  std::vector<Future<Value>> stops;
+  using StopReply = AgentReply<control::StopWorkerReply>;
+  std::vector<StopReply> stops;
   for (const auto& w : workers) {
     // A worker whose exit was reported needs no agent (which keeps only its last exits).
     if (std::string ended = w->exit_status(); !ended.empty()) {
-      stops.push_back(make_ready_future(Value(Map{{"status", ended}})));
+      stops.emplace_back(make_ready_future(control::StopWorkerReply{ended}.to_value()),
+                         &control::StopWorkerReply::from);
       continue;
     }
     auto agent = w->agent.lock();
-    stops.push_back(agent ? agent->call(control::StopWorker::kMethod,
-                                        control::StopWorker{w->agent_name, grace.count()}.to_map())
-                          : make_failed_future(Error(ErrorCode::kConnectionLost, "no agent")));
+    stops.push_back(
+        agent ? agent->stop_worker(control::StopWorker{w->agent_name, grace.count()})
+              : StopReply(make_failed_future(Error(ErrorCode::kConnectionLost, "no agent")),
+                          &control::StopWorkerReply::from));
   }
   std::vector<std::string> out;
   auto deadline = Clock::now() + grace + std::chrono::seconds(5);
   for (size_t i = 0; i < workers.size(); ++i) {
     std::string status = "unknown (its agent did not answer)";
-    if (stops[i].state()->wait_until(deadline) && stops[i].error())
-      status = "unknown (" + stops[i].error()->message() + ")";
-    if (stops[i].state()->wait_until(deadline) && !stops[i].error()) {
+    if (stops[i].wait_until(deadline)) {
       try {
-        status = control::StopWorkerReply::from(stops[i].get()).status;
+        status = stops[i].get(std::chrono::milliseconds(0)).status;
       } catch (const Error& e) {
         status = "unknown (" + e.message() + ")";
       }
@@ -483,108 +484,6 @@ void ClusterImpl::register_group(const std::string& name) {
 void ClusterImpl::forget_group(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   groups_.erase(name);
-}
-
-std::vector<HostMemory> ClusterImpl::host_memory(std::chrono::milliseconds timeout) const {
-  std::vector<Future<Value>> answers;
-  std::vector<AgentProcess> agents;
-  {
-    std::lock_guard<std::mutex> lock(hosts_mu_);
-    agents = agents_;
-  }
-  for (const auto& a : agents)
-    answers.push_back(a.peer && !a.peer->closed()
-                          ? a.peer->call("memory", {})
-                          : make_failed_future(Error(ErrorCode::kConnectionLost, "gone")));
-  auto deadline = Clock::now() + timeout;
-  std::vector<HostMemory> out;
-  for (size_t i = 0; i < agents.size(); ++i) {
-    if (!answers[i].state()->wait_until(deadline) || answers[i].error()) continue;
-    control::MemoryReply reply;
-    try {
-      reply = control::MemoryReply::from(answers[i].get());
-    } catch (const Error& e) {
-      TROUPE_LOG(Warning) << "memory of " << agents[i].host_name << ": " << e.message();
-      continue;
-    }
-    HostMemory m;
-    m.host = agents[i].host_name;
-    m.total_bytes = reply.total_bytes;
-    m.available_bytes = reply.available_bytes;
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& g : groups_) m.group_bytes[g] = 0;
-    for (const auto& [name, bytes] : reply.workers) {
-      auto it = workers_.find(user_name(name));
-      if (it == workers_.end() || !groups_.count(it->second->group)) continue;
-      m.group_bytes[it->second->group] += bytes;
-    }
-    out.push_back(std::move(m));
-  }
-  return out;
-}
-
-Value ClusterImpl::status() const {
-  Array hosts;
-  auto memory = host_memory(std::chrono::seconds(10));
-  std::vector<std::string> free;
-  try {
-    if (head_client_) free = head_client_->describe_free();
-  } catch (const Error& e) {
-    TROUPE_LOG(Warning) << "status: " << e.message();
-  }
-  for (const auto& h : this->hosts()) {
-    Map host{{"name", h.name},     {"address", h.address},
-             {"cpus", h.num_cpus}, {"gpus", static_cast<int64_t>(h.gpu_ids.size())},
-             {"alive", h.alive},   {"agent_pid", static_cast<int64_t>(h.agent_pid)}};
-    if (h.index < free.size()) host.emplace_back("reserved", free[h.index]);
-    for (const auto& m : memory)
-      if (m.host == h.name) {
-        host.emplace_back("memory_total", m.total_bytes);
-        host.emplace_back("memory_available", m.available_bytes);
-        Map groups;
-        for (const auto& [g, b] : m.group_bytes) groups.emplace_back(g, b);
-        host.emplace_back("group_memory", std::move(groups));
-      }
-    hosts.push_back(std::move(host));
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  Array workers(dead_.begin(), dead_.end());
-  for (const auto& [name, w] : workers_)
-    workers.push_back(Map{{"name", name},
-                          {"group", w->group},
-                          {"rank", w->rank},
-                          {"class", w->class_name()},
-                          {"host", w->host_name()},
-                          {"pid", static_cast<int64_t>(w->pid())},
-                          {"alive", w->alive()}});
-  return Map{
-      {"session", session_dir_}, {"hosts", std::move(hosts)}, {"workers", std::move(workers)}};
-}
-
-std::vector<HostInfo> ClusterImpl::hosts() const {
-  if (standing_) {
-    try {
-      refresh_hosts();
-    } catch (const Error& e) {
-      TROUPE_LOG(Warning) << "the host list may be stale: " << e.message();
-    }
-  }
-  std::vector<HostInfo> out;
-  std::lock_guard<std::mutex> lock(hosts_mu_);
-  for (size_t i = 0; i < host_records_.size(); ++i) {
-    const auto& r = host_records_[i];
-    HostInfo h;
-    h.index = i;
-    h.name = r.host_name;
-    h.address = r.address;
-    h.num_cpus = r.num_cpus;
-    h.gpu_ids = r.gpu_ids;
-    h.labels = r.labels;
-    h.agent_pid = standing_ ? r.agent_pid : agents_[i].pid;
-    h.alive = standing_ ? r.alive : agents_[i].peer && !agents_[i].peer->closed();
-    out.push_back(h);
-  }
-  return out;
 }
 
 void ClusterImpl::wait_agents_exit(std::chrono::milliseconds timeout) {
@@ -624,12 +523,12 @@ void ClusterImpl::shutdown() {
   // Ask every agent to stop its workers (SIGTERM, then SIGKILL) and exit.
   std::vector<Future<Value>> stops;
   for (auto& a : agents_)
-    if (a.peer) stops.push_back(a.peer->call("shutdown", {}));
+    if (a.client) stops.push_back(a.client->shutdown().raw());
   wait_all(stops, kStopGrace + std::chrono::seconds(2));
   if (head_) head_->close();  // agents that did not answer see the head go and stop as well
   wait_agents_exit(kStopGrace + std::chrono::seconds(3));
   for (auto& a : agents_)
-    if (a.peer) a.peer->close(Error(ErrorCode::kShutdown, "cluster shut down"));
+    if (a.client) a.client->close(Error(ErrorCode::kShutdown, "cluster shut down"));
   // The closes above are posted to the loop: let them run before it stops, so that no
   // connection outlives it.
   loop_->run_sync([] {});
@@ -656,6 +555,9 @@ ClusterOptions ClusterOptions::local(size_t num_hosts, int gpus_per_host, double
 
 Cluster::Cluster(ClusterOptions options)
     : impl_(std::make_unique<internal::ClusterImpl>(std::move(options))) {}
+Cluster::Cluster(std::unique_ptr<internal::ClusterImpl> impl) : impl_(std::move(impl)) {
+  if (!impl_) throw Error(ErrorCode::kInvalidArgument, "Cluster: the implementation is null");
+}
 Cluster::~Cluster() { impl_->shutdown(); }
 Worker Cluster::start_worker(WorkerOptions options) {
   return impl_->start_worker(std::move(options));

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/agent_client.h"
 #include "controller/head_client.h"
 #include "controller/session_dir.h"
 #include "controller/worker_state.h"
@@ -33,7 +34,15 @@ namespace troupe::internal {
 
 class ClusterImpl {
  public:
+  // The embedded cluster (a head in this process, one agent process per host), or, with an
+  // address (ClusterOptions::address or TROUPE_ADDRESS), a standing cluster over TCP.
   explicit ClusterImpl(ClusterOptions options);
+  // A cluster over `head` whose agents are reached through `connect`, with a standing cluster's
+  // semantics: hosts and their ids come from head->hosts(), agents are connected on demand, a
+  // lost host throws kHostLost, and shutdown stops only this driver's workers. Starts no process
+  // (the seam for unit tests of the controller, with tests/fake_head_client.h and
+  // tests/fake_agent_client.h). Throws like a standing cluster when no live host is reachable.
+  ClusterImpl(ClusterOptions options, std::unique_ptr<HeadClient> head, AgentConnector connect);
   ~ClusterImpl();
 
   Worker start_worker(WorkerOptions options);
@@ -68,13 +77,14 @@ class ClusterImpl {
   std::string user_name(const std::string& agent_name) const {
     return agent_name.rfind(id_prefix_, 0) == 0 ? agent_name.substr(id_prefix_.size()) : agent_name;
   }
-  // The control connection to the agent of `host`; on a standing cluster it is opened (blocking)
+  // The client of the agent of `host`; on a standing cluster its connection is opened (blocking)
   // when there is none yet or the last one was lost. Throws Error(kInvalidArgument) for an
-  // unknown host, kHostLost for a lost one. Not on the I/O thread.
-  std::shared_ptr<transport::RpcPeer> agent(size_t host);
-  // The open control connection to the agent of `host`, or null; never connects, never throws.
+  // unknown host, kHostLost for a lost one. Embedded: a closed client when the agent is gone
+  // (its requests fail naming the agent). Not on the I/O thread.
+  std::shared_ptr<AgentClient> agent(size_t host);
+  // The connected client of the agent of `host`, or null; never connects, never throws.
   // For releases and stops, which have nothing to undo on a host that is gone.
-  std::shared_ptr<transport::RpcPeer> connected_agent(size_t host) const;
+  std::shared_ptr<AgentClient> connected_agent(size_t host) const;
   void shutdown();
   std::vector<HostMemory> host_memory(std::chrono::milliseconds timeout) const;
   // Worker groups whose memory host_memory reports.
@@ -91,26 +101,30 @@ class ClusterImpl {
   struct AgentProcess {
     std::string host_name;
     pid_t pid = 0;  // embedded: the agent is our child; 0 on a standing cluster
-    std::shared_ptr<transport::RpcPeer> peer;  // the driver's control connection
-    bool same_network = true;  // its workers are reached over Unix sockets (else TCP)
+    std::shared_ptr<AgentClient> client;  // the driver's control connection
+    bool same_network = true;             // its workers are reached over Unix sockets (else TCP)
   };
 
   void make_session_dir(bool with_hosts);
   void start_agents();
   void connect_agents();
-  // Opens and authenticates a control connection to the agent of `host` (blocking).
-  std::shared_ptr<transport::RpcPeer> open_agent(size_t host, const std::string& endpoint);
-  void on_agent_event(size_t host, wire::Event&& event);
-  // The connection `peer` to the agent of `host` closed: its workers are gone (embedded) or
+  // Opens and authenticates a control connection to the agent of `host` through connect_
+  // (blocking); heartbeats when `monitor`.
+  std::shared_ptr<AgentClient> open_agent(size_t host, const std::string& endpoint, bool monitor);
+  void on_worker_exited(size_t host, wire::control::WorkerExited&& exited);
+  // The connection `client` to the agent of `host` closed: its workers are gone (embedded) or
   // lost with their host (standing). I/O thread.
-  void on_agent_lost(size_t host, const transport::RpcPeer* peer, const Error& reason);
+  void on_agent_lost(size_t host, const AgentClient* client, const Error& reason);
   void launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options,
-              std::shared_ptr<transport::RpcPeer> agent, bool same_network);
+              std::shared_ptr<AgentClient> agent, bool same_network);
   // Standing cluster (cluster_standing.cc).
   void connect_standing(const std::string& address);
+  // With head_client_ set: reads the hosts and connects to the live ones' agents; throws
+  // kResourceUnavailable when none is reachable.
+  void attach_hosts();
   void refresh_hosts() const;  // reads the head's host list into host_records_ and agents_
   void on_head_event(wire::Event&& event);
-  void print_worker_log(wire::Event&& event);
+  void print_worker_log(wire::control::WorkerLog&& log);
   void shutdown_standing();
   void wait_agents_exit(std::chrono::milliseconds timeout);
 
@@ -127,6 +141,7 @@ class ClusterImpl {
   std::string id_prefix_;
   std::shared_ptr<transport::RpcPeer> head_peer_;  // standing: the connection to the head
   std::unique_ptr<HeadClient> head_client_;
+  AgentConnector connect_;  // how agents are reached (make_agent_connector unless injected)
   // Guards agents_ and host_records_, which grow when hosts join a standing cluster. Never held
   // while waiting for the I/O thread.
   mutable std::mutex hosts_mu_;

@@ -65,6 +65,11 @@ void ClusterImpl::connect_standing(const std::string& address) {
   }
   head_peer_->start_heartbeat(options_.heartbeat_interval, options_.host_lost_timeout);
   head_client_ = make_remote_head_client(head_peer_, address, kHeadRequestTimeout);
+  attach_hosts();
+}
+
+void ClusterImpl::attach_hosts() {
+  const std::string& address = head_address_;
   refresh_hosts();
   size_t alive = 0, connected = 0;
   std::vector<head::HostRecord> records;
@@ -113,27 +118,20 @@ void ClusterImpl::on_head_event(wire::Event&& event) {
     TROUPE_LOG(Warning) << "the head sent a bad event: " << e.message();
     return;
   }
-  std::shared_ptr<transport::RpcPeer> peer;
+  std::shared_ptr<AgentClient> client;
   {
     std::lock_guard<std::mutex> lock(hosts_mu_);
     if (lost.index >= 0 && static_cast<size_t>(lost.index) < agents_.size()) {
-      peer = agents_[lost.index].peer;
+      client = agents_[lost.index].client;
       if (static_cast<size_t>(lost.index) < host_records_.size())
         host_records_[lost.index].alive = false;
     }
   }
   // The head noticed first: the same as our own heartbeat running out.
-  if (peer) peer->close(Error(ErrorCode::kHostLost, "the head lost it: " + lost.reason));
+  if (client) client->close(Error(ErrorCode::kHostLost, "the head lost it: " + lost.reason));
 }
 
-void ClusterImpl::print_worker_log(wire::Event&& event) {
-  control::WorkerLog log;
-  try {
-    log = control::WorkerLog::from(event.value);
-  } catch (const Error& e) {
-    TROUPE_LOG(Warning) << "an agent sent a bad log event: " << e.message();
-    return;
-  }
+void ClusterImpl::print_worker_log(control::WorkerLog&& log) {
   pid_t pid = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -159,13 +157,13 @@ void ClusterImpl::shutdown_standing() {
     w->mark_dead(Error(ErrorCode::kShutdown, w->describe() + " was shut down with the cluster"));
   // Only this driver's workers stop; the head and the agents keep serving other drivers.
   stop_workers(workers, kStandingStopGrace);
-  std::vector<std::shared_ptr<transport::RpcPeer>> peers;
+  std::vector<std::shared_ptr<AgentClient>> clients;
   {
     std::lock_guard<std::mutex> lock(hosts_mu_);
     for (const auto& a : agents_)
-      if (a.peer) peers.push_back(a.peer);
+      if (a.client) clients.push_back(a.client);
   }
-  for (auto& p : peers) p->close(Error(ErrorCode::kShutdown, "the driver shut down"));
+  for (auto& c : clients) c->close(Error(ErrorCode::kShutdown, "the driver shut down"));
   if (head_peer_) head_peer_->close(Error(ErrorCode::kShutdown, "the driver shut down"));
   loop_->run_sync([] {});
   loop_->stop();

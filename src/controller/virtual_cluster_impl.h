@@ -148,12 +148,9 @@ class VirtualClusterImpl {
       hosts = ports_hosts_;
     }
     for (size_t host : hosts) {
-      auto agent = runtime_.impl().connected_agent(host);
-      if (agent)
-        agent
-            ->call(wire::control::ReleasePorts::kMethod,
-                   wire::control::ReleasePorts{owner}.to_map())
-            .wait_for(std::chrono::seconds(5));
+      if (auto agent = runtime_.impl().connected_agent(host))
+        agent->release_ports(wire::control::ReleasePorts{owner})
+            .wait_until(Clock::now() + std::chrono::seconds(5));
     }
   }
 
@@ -172,10 +169,9 @@ class VirtualClusterImpl {
       }
     }
     for (size_t host : ports_hosts_) {
-      auto agent = runtime_.impl().connected_agent(host);
-      if (agent)
-        agent->call(wire::control::ReleasePorts::kMethod, wire::control::ReleasePorts{id_}.to_map())
-            .wait_for(std::chrono::seconds(5));
+      if (auto agent = runtime_.impl().connected_agent(host))
+        agent->release_ports(wire::control::ReleasePorts{id_})
+            .wait_until(Clock::now() + std::chrono::seconds(5));
     }
     groups_.clear();
   }
@@ -313,10 +309,13 @@ class VirtualClusterImpl {
     auto agent = runtime_.impl().agent(host);
     wire::control::ReservePorts request{owner.empty() ? id_ : owner, count,
                                         options_.port_range_begin, options_.port_range_end};
-    Value v = agent->call(wire::control::ReservePorts::kMethod, request.to_map())
-                  .get(std::chrono::seconds(30));
+    std::vector<int> ports = agent->reserve_ports(request).get(std::chrono::seconds(30));
+    if (ports.size() != static_cast<size_t>(count))
+      throw Error(ErrorCode::kProtocol, "the agent of host " + std::to_string(host) +
+                                            " reserved " + std::to_string(ports.size()) +
+                                            " ports, asked for " + std::to_string(count));
     ports_hosts_.insert(host);
-    return v.as<std::vector<int>>();
+    return ports;
   }
 
   void reserve_with_retries() {

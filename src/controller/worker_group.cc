@@ -407,12 +407,11 @@ std::string WorkerGroupImpl::gpu_state(size_t idx, const std::string& label,
     }
     auto agent = w.state()->agent.lock();
     if (!agent) throw Error(ErrorCode::kConnectionLost, "the worker's agent is gone");
-    auto f = agent->call(wire::control::GpuState::kMethod, wire::control::GpuState{gpus}.to_map());
-    if (!f.wait_for(timeout))
+    auto reply = agent->gpu_state(wire::control::GpuState{gpus});
+    if (!reply.wait_until(Clock::now() + timeout))
       throw Error(ErrorCode::kTimeout,
                   "no answer within " + std::to_string(timeout.count()) + " ms");
-    for (const auto& line : f.get().as<std::vector<std::string>>())
-      text += (text.empty() ? "" : "; ") + line;
+    for (const auto& line : reply.get(timeout)) text += (text.empty() ? "" : "; ") + line;
     text = "[" + label + "] worker " + w.name() + " on " + w.state()->host_name() + ": " + text;
   } catch (const std::exception& e) {
     text =

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/agent_client.h"
 #include "transport/rpc_peer.h"
 #include "troupe/cluster.h"
 
@@ -78,9 +79,9 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   Error death_error(const std::string& cause) const;
 
   std::shared_ptr<transport::RpcPeer> peer() const;
-  // Set once at creation: the control connection to the worker's agent, and the worker group
+  // Set once at creation: the client of the worker's agent, and the worker group
   // and rank it belongs to (empty / -1 outside a group).
-  std::weak_ptr<transport::RpcPeer> agent;
+  std::weak_ptr<AgentClient> agent;
   std::string agent_name;  // the name its agent knows it by (ClusterImpl::id_prefix() + name)
   std::string group;
   int rank = -1;

@@ -94,6 +94,26 @@ ReservePorts ReservePorts::from(const Value& kwargs) {
   return m;
 }
 
+namespace {
+
+// Decodes a reply that is a bare value of type T, naming the message on a mismatch.
+template <typename T>
+T bare_reply(const char* message, const Value& value) {
+  try {
+    return value.as<T>();
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kInvalidArgument, std::string(message) + ": " + e.message());
+  }
+}
+
+}  // namespace
+
+Value ReservePorts::reply(const std::vector<int>& ports) { return troupe::to_value(ports); }
+
+std::vector<int> ReservePorts::reply_from(const Value& value) {
+  return bare_reply<std::vector<int>>("reserve_ports reply", value);
+}
+
 Map ReleasePorts::to_map() const { return Map{{"owner", owner}}; }
 
 ReleasePorts ReleasePorts::from(const Value& kwargs) {
@@ -101,11 +121,23 @@ ReleasePorts ReleasePorts::from(const Value& kwargs) {
   return ReleasePorts{f.required<std::string>("owner")};
 }
 
+Value ReleasePorts::reply(int64_t released) { return Value(released); }
+
+int64_t ReleasePorts::reply_from(const Value& value) {
+  return bare_reply<int64_t>("release_ports reply", value);
+}
+
 Map GpuState::to_map() const { return Map{{"gpus", troupe::to_value(gpus)}}; }
 
 GpuState GpuState::from(const Value& kwargs) {
   FieldReader f(kMethod, kwargs);
   return GpuState{f.optional<std::vector<int>>("gpus", {})};
+}
+
+Value GpuState::reply(const std::vector<std::string>& lines) { return troupe::to_value(lines); }
+
+std::vector<std::string> GpuState::reply_from(const Value& value) {
+  return bare_reply<std::vector<std::string>>("gpu_state reply", value);
 }
 
 Value MemoryReply::to_value() const {

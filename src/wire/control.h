@@ -5,8 +5,9 @@
 // "METHOD: field 'F': ..."; unknown fields are ignored (a newer peer may send more).
 //
 // Agent requests (driver -> agent): start_worker, stop_worker, reserve_ports, release_ports,
-// gpu_state, memory, list_workers, ping, shutdown. Agent events (agent -> driver, head):
-// worker_exited. Head requests (agent -> head): register_agent; (CLI -> head): status.
+// gpu_state, memory, shutdown (and list_workers, ping, which only tools send). Agent events (agent
+// -> driver, head): worker_exited. Head requests (agent -> head): register_agent; (CLI -> head):
+// status.
 #pragma once
 
 #include <cstdint>
@@ -113,8 +114,10 @@ struct ReservePorts {
   bool operator==(const ReservePorts&) const = default;
   Map to_map() const;
   static ReservePorts from(const Value& kwargs);
+  // Reply: the ports, a list of ints.
+  static Value reply(const std::vector<int>& ports);
+  static std::vector<int> reply_from(const Value& value);
 };
-// Reply: the ports, a list of ints.
 
 struct ReleasePorts {
   static constexpr const char* kMethod = "release_ports";
@@ -123,8 +126,10 @@ struct ReleasePorts {
   bool operator==(const ReleasePorts&) const = default;
   Map to_map() const;
   static ReleasePorts from(const Value& kwargs);
+  // Reply: how many ports were released, an int.
+  static Value reply(int64_t released);
+  static int64_t reply_from(const Value& value);
 };
-// Reply: how many ports were released, an int.
 
 struct GpuState {
   static constexpr const char* kMethod = "gpu_state";
@@ -133,8 +138,20 @@ struct GpuState {
   bool operator==(const GpuState&) const = default;
   Map to_map() const;
   static GpuState from(const Value& kwargs);
+  // Reply: one line per GPU, a list of strings.
+  static Value reply(const std::vector<std::string>& lines);
+  static std::vector<std::string> reply_from(const Value& value);
 };
-// Reply: one line per GPU, a list of strings.
+
+struct Memory {
+  static constexpr const char* kMethod = "memory";  // no arguments; reply: MemoryReply
+};
+
+struct Shutdown {
+  // No arguments: the agent stops every worker (SIGTERM, then SIGKILL) and exits. Reply: nil,
+  // sent before it stops them.
+  static constexpr const char* kMethod = "shutdown";
+};
 
 struct MemoryReply {  // reply to "memory" (no arguments)
   int64_t total_bytes = 0;

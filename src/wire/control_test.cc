@@ -4,49 +4,14 @@
 
 #include <gtest/gtest.h>
 
-#include "test_util.h"
-#include "wire/frame.h"
-#include "wire/rpc_message.h"
+#include "wire/wire_test_util.h"
 
 namespace troupe::wire::control {
 namespace {
 
-// The kwargs `m` becomes on the receiving side of a request frame.
-template <typename M>
-Map through_request(const M& m) {
-  std::string body;
-  std::vector<Bytes> attachments;
-  encode_request(M::kMethod, m.to_map(), body, attachments);
-  Frame frame;
-  frame.kind = FrameKind::kRequest;
-  frame.body = body;
-  frame.attachments = attachments;
-  Request r = decode_request(frame);
-  EXPECT_EQ(r.method, M::kMethod);
-  return r.kwargs;
-}
-
-// The value `v` becomes on the receiving side of a response frame.
-Value through_response(const Value& v) {
-  std::string body;
-  std::vector<Bytes> attachments;
-  encode_response_ok(v, body, attachments);
-  Frame frame;
-  frame.kind = FrameKind::kResponse;
-  frame.body = body;
-  frame.attachments = attachments;
-  return decode_response(frame);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-    return e.message();
-  }
-  return "(no error)";
-}
+using codec_test::error_of;
+using codec_test::through_request;
+using codec_test::through_response;
 
 TEST(ControlMessages, AgentRequestsRoundTrip) {
   StartWorker start;
@@ -93,6 +58,22 @@ TEST(ControlMessages, RepliesAndEventsRoundTrip) {
   EXPECT_EQ(WorkerExited::from(through_response(killed.to_value())), killed);
   WorkerExited exited{"w1", 98, "exit code 3", 3, std::nullopt, {}};
   EXPECT_EQ(WorkerExited::from(through_response(exited.to_value())), exited);
+}
+
+TEST(ControlMessages, BareRepliesRoundTrip) {
+  EXPECT_EQ(ReservePorts::reply_from(through_response(ReservePorts::reply({1400, 1401}))),
+            (std::vector<int>{1400, 1401}));
+  EXPECT_EQ(ReleasePorts::reply_from(through_response(ReleasePorts::reply(2))), 2);
+  std::vector<std::string> lines = {"GPU 0: 10% util", "GPU 1: idle"};
+  EXPECT_EQ(GpuState::reply_from(through_response(GpuState::reply(lines))), lines);
+  EXPECT_STREQ(Memory::kMethod, "memory");
+  EXPECT_STREQ(Shutdown::kMethod, "shutdown");
+  EXPECT_EQ(error_of([] { ReservePorts::reply_from(Value("1400")); }),
+            "reserve_ports reply: expected list<int>, got string \"1400\"");
+  EXPECT_EQ(error_of([] { ReleasePorts::reply_from(Value(Array{})); }),
+            "release_ports reply: expected int, got list");
+  EXPECT_EQ(error_of([] { GpuState::reply_from(Value(Array{3})); }),
+            "gpu_state reply: expected string, got int 3");
 }
 
 TEST(ControlMessages, OptionalFieldsTakeTheirDefaults) {
