@@ -29,7 +29,7 @@ WAIT_S="${WAIT_S:-900}"
 cmake -S "$ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTROUPE_BUILD_TESTS=OFF \
   -DTROUPE_BUILD_BENCH=ON >/dev/null
 make --no-print-directory -C "$BUILD_DIR" -j"$JOBS" call_latency_bench throughput_bench \
-  startup_bench death_bench control_plane_bench
+  startup_bench death_bench control_plane_bench multihost_bench troupe_cli
 
 # Percent of all CPUs busy over the next 3 s (with no benchmark running: other processes' use).
 cpu_busy() {
@@ -78,6 +78,16 @@ for name in call_latency_bench throughput_bench startup_bench death_bench contro
   echo "\$ $name ${args[*]}"
   "$BUILD_DIR/bench/$name" "${args[@]}" 2>&1 | tee "$OUT_DIR/$name.txt"
 done
+
+# Across network-namespace hosts (needs root): bench/multihost_bench.sh.
+echo
+if ((EUID == 0)); then
+  wait_quiet | tee -a "$OUT_DIR/machine.txt"
+  echo "\$ bench/multihost_bench.sh $BUILD_DIR"
+  bash "$ROOT/bench/multihost_bench.sh" "$BUILD_DIR" 2>&1 | tee "$OUT_DIR/multihost_bench.txt"
+else
+  echo "multihost_bench: skipped (needs root for network namespaces)"
+fi
 
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT_DIR/machine.txt"
 sleep 1

@@ -64,6 +64,16 @@ TEST(Cli, BadValuesAreErrorsNamingTheOption) {
   EXPECT_HAS(r.output, "--sesion");
 }
 
+// An agent's GPUs come from CUDA_VISIBLE_DEVICES when --num-gpus is not given; one that is not
+// a list of indexes is an error saying what to do, before anything starts.
+TEST(Cli, AgentRejectsCudaVisibleDevicesItCannotRead) {
+  CliRun r = troupe(
+      "CUDA_VISIBLE_DEVICES=GPU-8f2c TROUPE_TOKEN=t start --address 127.0.0.1:9 --block", true);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_HAS(r.output,
+             "CUDA_VISIBLE_DEVICES='GPU-8f2c' is not a list of GPU indexes; give --num-gpus");
+}
+
 TEST(Cli, UnknownOrMissingCommand) {
   CliRun r = troupe("bogus");
   EXPECT_EQ(r.exit_code, 2) << r.output;

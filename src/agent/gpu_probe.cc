@@ -59,6 +59,13 @@ const Nvml& nvml() {
 
 }  // namespace
 
+std::optional<int> nvml_gpu_count() {
+  const Nvml& n = nvml();
+  unsigned int count = 0;
+  if (!n.error.empty() || n.device_count(&count) != 0) return std::nullopt;
+  return static_cast<int>(count);
+}
+
 std::vector<std::string> read_gpu_state(const std::vector<int>& gpu_ids) {
   const Nvml& n = nvml();
   if (!n.error.empty()) return {"NVML is unavailable on this host: " + n.error};

@@ -69,8 +69,9 @@ int main(int argc, char** argv) {
   start_cmd->add_option("--num-cpus", agent.num_cpus, "CPUs this host offers (default: cores)")
       ->check(CLI::NonNegativeNumber);
   start_cmd
-      ->add_option("--num-gpus", agent.num_gpus,
-                   "GPUs this host offers (default: CUDA_VISIBLE_DEVICES, else none)")
+      ->add_option(
+          "--num-gpus", agent.num_gpus,
+          "GPUs this host offers (default: CUDA_VISIBLE_DEVICES, else NVML's count, else none)")
       ->check(CLI::NonNegativeNumber);
   start_cmd->add_option("--labels", labels, "host labels, k=v,k=v");
   start_cmd->add_option("--host-name", agent.host_name, "this host's name (default: hostname)");

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "agent/gpu_probe.h"
 #include "cli/status.h"
 #include "common/env.h"
 #include "common/private_dir.h"
@@ -300,11 +301,24 @@ int run_start_agent(const StartAgentOptions& o) {
       throw Error(ErrorCode::kInvalidArgument, "bad host name '" + c.host_name + "'");
     c.address = o.node_ip_address.empty() ? primary_address() : o.node_ip_address;
     c.num_cpus = o.num_cpus > 0 ? o.num_cpus : std::thread::hardware_concurrency();
+    // --num-gpus; else CUDA_VISIBLE_DEVICES when set (a launcher such as Slurm gave this host
+    // only those, where NVML would count every GPU of the machine); else NVML's count.
+    auto visible = env::get("CUDA_VISIBLE_DEVICES");
     if (o.num_gpus >= 0) {
       for (int g = 0; g < o.num_gpus; ++g) c.gpu_ids.push_back(g);
-    } else if (auto visible = env::get("CUDA_VISIBLE_DEVICES"); visible && !visible->empty()) {
+    } else if (visible && !visible->empty()) {
       std::stringstream ss(*visible);
-      for (std::string id; std::getline(ss, id, ',');) c.gpu_ids.push_back(std::stoi(id));
+      for (std::string id; std::getline(ss, id, ',');) {
+        try {
+          c.gpu_ids.push_back(std::stoi(id));
+        } catch (const std::exception&) {
+          throw Error(ErrorCode::kInvalidArgument,
+                      "CUDA_VISIBLE_DEVICES='" + *visible +
+                          "' is not a list of GPU indexes; give --num-gpus");
+        }
+      }
+    } else if (auto count = agent::nvml_gpu_count()) {
+      for (int g = 0; g < *count; ++g) c.gpu_ids.push_back(g);
     }
     c.labels = o.labels;
     c.head_endpoint = "tcp:" + o.address;
