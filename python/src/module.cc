@@ -230,9 +230,10 @@ void bind_driver(pyb::module_& m) {
       .def(pyb::init([](std::vector<std::tuple<std::string, std::string, double, int>> hosts,
                         std::string session_dir, bool log_to_driver, double start_timeout_s,
                         std::map<std::string, ExeSpec> executables, ExeSpec agent,
-                        ExeSpec python_default,
-                        std::map<std::string, std::string> python_per_class) {
+                        ExeSpec python_default, std::map<std::string, std::string> python_per_class,
+                        std::string address) {
         ClusterOptions o;
+        o.address = address;
         o.hosts.clear();
         for (auto& [name, address, cpus, gpus] : hosts)
           o.hosts.push_back(HostSpec{name, address, cpus, gpus, {}});

@@ -123,6 +123,10 @@ class Cluster:
         python_executables: "pkg.module.Class" -> Python interpreter for that class (default:
             this interpreter); it must be able to import troupe.
         python: the interpreter for every other Python class and for the agents.
+        address: "HOST:PORT" of a standing cluster's head (`troupe start --head`) to use instead
+            of an embedded one (num_hosts and the per-host resources are then the hosts'
+            own); the environment variable TROUPE_ADDRESS does the same. The token comes from
+            TROUPE_TOKEN or TROUPE_TOKEN_FILE.
 
     Python classes ("pkg.module.Class", or a class object) need no registration: their worker
     is ``python`` running troupe's worker runtime, importing the class by name (with this
@@ -131,7 +135,7 @@ class Cluster:
 
     def __init__(self, num_hosts=1, num_gpus_per_host=0, num_cpus_per_host=0, *,
                  session_dir="", log_to_driver=True, start_timeout=30.0, executables=None,
-                 python_executables=None, python=None):
+                 python_executables=None, python=None, address=None):
         python = python or sys.executable
         hosts = [(f"host-{i}", f"127.0.0.{i + 2}", float(num_cpus_per_host), int(num_gpus_per_host))
                  for i in range(num_hosts)]
@@ -139,7 +143,8 @@ class Cluster:
         agent = (python, boot, {})
         exes = {k: _exe_spec(v) for k, v in (executables or {}).items()}
         self._c = _core.Cluster(hosts, session_dir, log_to_driver, float(start_timeout), exes,
-                                agent, (python, boot, {}), dict(python_executables or {}))
+                                agent, (python, boot, {}), dict(python_executables or {}),
+                                address or "")
 
     def start_worker(self, cls, *args, host=0, name="", env=None, num_gpus=0, **kwargs):
         """Starts one worker of `cls` (a class object, "pkg.module.Class", or a C++ class name
