@@ -45,6 +45,15 @@ std::optional<std::vector<int>> parse_index_list(const std::string& text) {
   std::stringstream ss(t);
   for (std::string item; std::getline(ss, item, ',');) {
     item = trim(item);
+    size_t dash = item.find('-');
+    if (dash != std::string::npos) {  // a range, "0-3"
+      std::string lo = item.substr(0, dash), hi = item.substr(dash + 1);
+      if (!all_digits(lo) || !all_digits(hi) || std::atoi(lo.c_str()) > std::atoi(hi.c_str()) ||
+          std::atoi(hi.c_str()) - std::atoi(lo.c_str()) > 4096)
+        return std::nullopt;
+      for (int i = std::atoi(lo.c_str()); i <= std::atoi(hi.c_str()); ++i) out.push_back(i);
+      continue;
+    }
     if (!all_digits(item)) return std::nullopt;
     out.push_back(std::atoi(item.c_str()));
   }
@@ -147,7 +156,9 @@ CommandResult run_command(const std::vector<std::string>& argv, int timeout_ms) 
       break;
     }
     pollfd p{out[0], POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left)) < 0 && errno != EINTR) break;
+    int ready = ::poll(&p, 1, static_cast<int>(left));
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;  // the deadline is checked above
     char buf[4096];
     ssize_t n = ::read(out[0], buf, sizeof(buf));
     if (n == 0) break;

@@ -28,7 +28,8 @@ SlurmGpus gpus_from_env(const EnvMap& env);
 // SLURM_CPUS_ON_NODE as a count; 0 when unset. Throws Error(kInvalidArgument) for a bad value.
 double cpus_from_env(const EnvMap& env);
 
-// A comma-separated list of non-negative integers ("0,1,3"); nullopt if any entry is not one.
+// A comma-separated list of non-negative integers or ranges ("0,1,3", "0-3,6"); nullopt if any
+// entry is neither.
 // An empty string is an empty list.
 std::optional<std::vector<int>> parse_index_list(const std::string& text);
 
