@@ -18,6 +18,7 @@
 #include "cli/slurm_env.h"
 #include "cli/standing.h"
 #include "common/env.h"
+#include "common/log.h"
 #include "common/process.h"
 #include "common/token.h"
 #include "head/head.h"
@@ -361,6 +362,7 @@ int run_slurm(const SlurmOptions& options) {
     std::fprintf(stderr, "troupe slurm: give the driver to run after --\n");
     return 2;
   }
+  log::set_role("slurm head");  // the head's log lines (hosts lost, refused peers) are ours
   SlurmRun run(options);
   int rc = 1;
   try {

@@ -217,8 +217,7 @@ TEST_F(SlurmDriver, MasterPortRendezvous) {
   EXPECT_EQ(env_of(group, "TROUPE_HOST_NAME"), (std::vector<Value>{"n1", "n2"}));
   {
     std::ofstream out(mine + ".tmp");
-    out << port[0].as_string() << " " << cuda[0].as_string() << " " << cuda[1].as_string()
-        << "\n";
+    out << port[0].as_string() << " " << cuda[0].as_string() << " " << cuda[1].as_string() << "\n";
   }
   ASSERT_EQ(std::rename((mine + ".tmp").c_str(), mine.c_str()), 0);
   auto deadline = std::chrono::steady_clock::now() + 60s;
