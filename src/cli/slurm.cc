@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,9 +43,10 @@ constexpr auto kStepCancelTime = 10s;
 // (e.g. one GPU per task): unset for srun, so that the one agent task per node gets all of the
 // job's GPUs and CPUs on its node.
 constexpr const char* kTaskShapeVariables[] = {
-    "SLURM_GPUS_PER_TASK", "SLURM_GPUS",           "SLURM_NTASKS_PER_GPU", "SLURM_TRES_PER_TASK",
-    "SLURM_CPUS_PER_GPU",  "SLURM_MEM_PER_GPU",    "SLURM_GPU_BIND",       "SLURM_DISTRIBUTION",
-    "SLURM_CPU_BIND",      "SLURM_NTASKS_PER_CORE"};
+    "SLURM_GPUS_PER_TASK",   "SLURM_GPUS",         "SLURM_NTASKS_PER_GPU",
+    "SLURM_TRES_PER_TASK",   "SLURM_CPUS_PER_GPU", "SLURM_MEM_PER_GPU",
+    "SLURM_GPU_BIND",        "SLURM_DISTRIBUTION", "SLURM_CPU_BIND",
+    "SLURM_NTASKS_PER_CORE", "SLURM_EXACT"};
 
 void say(const std::string& text) {
   std::fprintf(stderr, "troupe slurm: %s\n", text.c_str());
@@ -166,6 +168,8 @@ class SlurmRun {
       std::error_code ec;
       stdfs::remove_all(dir_, ec);
     }
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+    lock_fd_ = -1;
   }
 
  private:
@@ -187,7 +191,15 @@ class SlurmRun {
       say("note: the head runs on " + (here.empty() ? "this host (not a node of the job)" : here) +
           ", not on the allocation's first node " + nodes_.front());
 
-    dir_ = standing_run_dir("standing-job" + job_);
+    // One troupe slurm per job and node at a time: the run directory (and the agents' sockets
+    // in it) is the job's. The lock goes when this process does.
+    const std::string dir = standing_run_dir("standing-job" + job_);
+    lock_fd_ = ::open((dir + "/lock").c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0)
+      throw Error(ErrorCode::kResourceUnavailable, "another troupe slurm of job " + job_ +
+                                                       " runs on this node (it holds " + dir +
+                                                       "/lock); run one at a time");
+    dir_ = dir;  // ours now: stop() removes it
     token_ = token::generate();
     token_path_ = dir_ + "/token";
     ::unlink(token_path_.c_str());  // a previous run of this job's
@@ -352,6 +364,7 @@ class SlurmRun {
   std::unique_ptr<transport::IoLoop> loop_;
   std::unique_ptr<head::Head> head_;
   Child srun_, driver_;
+  int lock_fd_ = -1;  // flock on the run directory's "lock"
   bool stopped_ = false;
 };
 

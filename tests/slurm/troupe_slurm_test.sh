@@ -3,7 +3,7 @@
 # slurmd nodes, n1 at 127.0.0.11 and n2 at 127.0.0.12, 2 CPUs and 2 fake GPUs each). Cases:
 #   - sbatch --wait -N2 of `troupe slurm -- DRIVER`: the driver (slurm_driver.cc) checks a
 #     dp=2 x tp=2 group across both nodes with the GPUs Slurm assigned; the job's exit code is the
-#     driver's; nothing is left afterwards;
+#     driver's; nothing is left afterwards; a second troupe slurm in the same job is refused;
 #   - scancel in the middle of a driver: within 10 s no troupe process is left on either node;
 #   - two jobs at once, each with a group rendezvousing on MASTER_PORT: both succeed, with
 #     different ports and different GPUs;
@@ -109,6 +109,14 @@ check "the job's run directory (token) is removed" test ! -e "$(run_dir "$job_id
 
 submit exitcode -N2 --wrap "exec $troupe slurm -- sh -c 'exit 7'"
 check "the job's exit code is the driver's (7)" test "$job_rc" -eq 7 || show "$work/exitcode.out"
+
+# One troupe slurm per job at a time: a second one is refused and the first is not disturbed.
+submit twice -N2 --wrap "$troupe slurm -- sleep 3 & sleep 1; $troupe slurm -- true; echo second=\$?; wait \$!; echo first=\$?"
+check "a second troupe slurm in the same job is refused, naming the job" \
+  grep -q "another troupe slurm of job $job_id runs on this node" "$work/twice.out" ||
+  show "$work/twice.out"
+check "... with exit code 1, and the first one succeeds" \
+  bash -c "grep -qx second=1 '$work/twice.out' && grep -qx first=0 '$work/twice.out'"
 
 # 2. scancel while the driver holds a worker on each node.
 job_id=$(PIDS_FILE=$work/pids sbatch --parsable -N2 -J ts-cancel -o "$work/cancel.out" \
