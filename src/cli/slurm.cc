@@ -34,8 +34,10 @@ using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 // How long the agents get to stop their workers and exit after the head closed, before the
-// agent step is cancelled (an agent gives its workers 2 s).
+// agent step is cancelled (an agent gives its workers 2 s); when the driver never ran there are
+// no workers, and only agents that never registered (stuck or slow) can be left.
 constexpr auto kAgentsExitTime = 5s;
+constexpr auto kAgentsExitTimeNoDriver = 1s;
 // After SIGTERM to srun (which cancels the step) and before SIGKILL to it.
 constexpr auto kStepCancelTime = 10s;
 
@@ -155,8 +157,9 @@ class SlurmRun {
     if (loop_) loop_->stop();
     head_.reset();
     loop_.reset();
-    if (srun_.running() && !srun_.wait_until(Clock::now() + kAgentsExitTime, signals_)) {
-      say("the agents did not exit within " + std::to_string(kAgentsExitTime.count()) +
+    const auto exit_time = driver_.pid > 0 ? kAgentsExitTime : kAgentsExitTimeNoDriver;
+    if (srun_.running() && !srun_.wait_until(Clock::now() + exit_time, signals_)) {
+      say("the agents did not exit within " + std::to_string(exit_time.count()) +
           " s; cancelling their step");
       ::kill(srun_.pid, SIGTERM);  // srun cancels the step: Slurm kills whatever is left in it
       if (!srun_.wait_until(Clock::now() + kStepCancelTime, signals_)) {

@@ -4,7 +4,8 @@
 #   - sbatch --wait -N2 of `troupe slurm -- DRIVER`: the driver (slurm_driver.cc) checks a
 #     dp=2 x tp=2 group across both nodes with the GPUs Slurm assigned; the job's exit code is the
 #     driver's; nothing is left afterwards; a second troupe slurm in the same job is refused;
-#   - scancel in the middle of a driver: within 10 s no troupe process is left on either node;
+#   - scancel in the middle of a driver, or SIGTERM to troupe slurm alone: within 10 s no troupe
+#     process is left on either node;
 #   - two jobs at once, each with a group rendezvousing on MASTER_PORT: both succeed, with
 #     different ports and different GPUs;
 #   - agents that cannot start (a bad --agent-binary) or that never register (--timeout): troupe
@@ -33,9 +34,9 @@ check() {  # check WHAT COMMAND...
   local what=$1
   shift
   if "$@"; then
-    echo "ok: $what"
+    echo "ok: $what [$((SECONDS - started)) s]"
   else
-    echo "FAILED: $what"
+    echo "FAILED: $what [$((SECONDS - started)) s]"
     failures=$((failures + 1))
     return 1
   fi
@@ -83,19 +84,32 @@ eval "$out"  # export SLURM_CONF=...
 export TMPDIR=$work/tmp  # the jobs' run directories live here (sbatch passes the environment on)
 run_dir() { echo "$TMPDIR/troupe-$(id -u)/standing-job$1"; }
 
-# submit NAME SBATCH_ARGS...: sbatch --wait (at most 120 s); sets job_id and job_rc; the job's
-# output is $work/NAME.out.
+# submit NAME SBATCH_ARGS...: submits the job and waits until it ended (at most 120 s, polling
+# every 0.2 s: sbatch --wait polls every few seconds); sets job_id and job_rc (the job's exit
+# code). The job's output is $work/NAME.out.
 submit() {
-  local name=$1
+  local name=$1 state=""
   shift
-  job_id=$(timeout 120 sbatch --parsable --wait -J "ts-$name" -o "$work/$name.out" "$@")
-  job_rc=$?
+  job_rc=255
+  job_id=$(sbatch --parsable -J "ts-$name" -o "$work/$name.out" "$@") || return
   job_id=${job_id%%;*}
+  for _ in $(seq 600); do
+    state=$(scontrol show job "$job_id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+    case $state in
+      PENDING | CONFIGURING | RUNNING | COMPLETING | SUSPENDED | "") sleep 0.2 ;;
+      *) break ;;
+    esac
+  done
+  job_rc=$(scontrol show job "$job_id" 2>/dev/null | grep -o ' ExitCode=[0-9]*' | cut -d= -f2)
+  job_rc=${job_rc:-255}
 }
 
-# 1. The dp x tp driver across both nodes.
-submit dispatch -N2 --ntasks-per-node=1 -c2 --gres=gpu:2 \
-  --wrap "exec $troupe slurm -- $driver --gtest_filter=SlurmDriver.ShardedDispatchOnTwoNodes"
+# 1. The dp x tp driver across both nodes, with sbatch --wait (which passes the job's exit code).
+job_id=$(timeout 120 sbatch --parsable --wait -N2 --ntasks-per-node=1 -c2 --gres=gpu:2 \
+  -J ts-dispatch -o "$work/dispatch.out" \
+  --wrap "exec $troupe slurm -- $driver --gtest_filter=SlurmDriver.ShardedDispatchOnTwoNodes")
+job_rc=$?
+job_id=${job_id%%;*}
 check "sbatch --wait -N2: the driver's dp=2 x tp=2 checks pass on both nodes" \
   test "$job_rc" -eq 0 || show "$work/dispatch.out"
 check "the driver ran its test (not skipped)" grep -q '^\[  PASSED  \] 1 test' "$work/dispatch.out"
@@ -145,12 +159,27 @@ else
   show "$work/cancel.out"
 fi
 
+# SIGTERM to troupe slurm alone (as ^C under salloc): it passes it to the driver, stops the agents
+# through the head, and exits with the driver's status (killed by SIGTERM: 143).
+job_id=$(PIDS_FILE=$work/pids2 sbatch --parsable -N2 -J ts-term -o "$work/term.out" --wrap \
+  "$troupe slurm -- $driver --gtest_filter=SlurmDriver.HoldUntilCancelled & echo \$! >$work/slurm.pid; wait \$!; echo rc=\$?")
+job_id=${job_id%%;*}
+if check "a driver holds a worker on each node" wait_for 60 test -s "$work/pids2"; then
+  kill -TERM "$(cat "$work/slurm.pid")"
+  check "within 10 s of SIGTERM to troupe slurm nothing is left" wait_for 10 none_left || ours
+  check "it exits with the driver's status (SIGTERM: 143)" wait_for 10 grep -qx rc=143 "$work/term.out" ||
+    show "$work/term.out"
+  check "it passed the signal to the driver" grep -q "got Terminated; passing it to the driver" \
+    "$work/term.out"
+else
+  show "$work/term.out"
+fi
+
 # 3. Two jobs at once, each with a group on MASTER_PORT (one GPU per node each).
-two() {  # two NAME PEER
-  PORT_FILE=$work/$1.port PEER_PORT_FILE=$work/$2.port timeout 120 sbatch --wait -N2 \
-    --gres=gpu:1 -J "ts-$1" -o "$work/$1.out" \
-    --wrap "exec $troupe slurm -- $driver --gtest_filter=SlurmDriver.MasterPortRendezvous" \
-    >/dev/null
+two() {  # two NAME PEER: exits with the job's exit code
+  PORT_FILE=$work/$1.port PEER_PORT_FILE=$work/$2.port submit "$1" -N2 --gres=gpu:1 \
+    --wrap "exec $troupe slurm -- $driver --gtest_filter=SlurmDriver.MasterPortRendezvous"
+  return "$job_rc"
 }
 two a b &
 pa=$!
