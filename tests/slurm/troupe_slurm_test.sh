@@ -72,12 +72,14 @@ show() {  # show FILE: its last lines, for a failed case
 cleanup() {
   local ids
   ids=$(squeue -h -o %i 2>/dev/null)
+  # shellcheck disable=SC2086 # one argument per job id
   [[ -n "$ids" ]] && scancel $ids 2>/dev/null
   wait_for 20 none_left || for p in $(ours | cut -d' ' -f1); do kill -KILL "$p" 2>/dev/null; done
   bash "$here/slurm.sh" down
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM  # a deadline's SIGTERM still runs cleanup
 
 out=$(bash "$here/slurm.sh" up) || { echo "FAILED: slurm.sh up"; exit 1; }
 eval "$out"  # export SLURM_CONF=...
@@ -121,8 +123,10 @@ check "every node's agent registered before the driver ran" \
 check "the agents are gone when the job ends" wait_for 10 none_left
 check "the job's run directory (token) is removed" test ! -e "$(run_dir "$job_id")"
 
-submit exitcode -N2 --wrap "exec $troupe slurm -- sh -c 'exit 7'"
+submit exitcode -N2 --wrap "exec $troupe slurm --node-ip-address 127.0.0.1 -- sh -c 'exit 7'"
 check "the job's exit code is the driver's (7)" test "$job_rc" -eq 7 || show "$work/exitcode.out"
+check "--node-ip-address sets the head's address" \
+  grep -Eq "head at 127\.0\.0\.1:[1-9][0-9]* on n1" "$work/exitcode.out"
 
 # One troupe slurm per job at a time: a second one is refused and the first is not disturbed.
 submit twice -N2 --wrap "$troupe slurm -- sleep 3 & sleep 1; $troupe slurm -- true; echo second=\$?; wait \$!; echo first=\$?"
