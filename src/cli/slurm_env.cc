@@ -1,5 +1,7 @@
 #include "cli/slurm_env.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -195,10 +197,26 @@ std::string node_address(const std::string& node) {
   try {
     CommandResult r = run_command({"scontrol", "show", "node", node});
     if (r.exit_code != 0) return {};
-    return scontrol_field(r.output, "NodeAddr");
+    std::string addr = scontrol_field(r.output, "NodeAddr");
+    return addr.empty() ? addr : resolve_ipv4(addr);
   } catch (const Error&) {
     return {};
   }
+}
+
+std::string resolve_ipv4(const std::string& name) {
+  if (name.empty()) return {};
+  in_addr parsed{};
+  if (::inet_pton(AF_INET, name.c_str(), &parsed) == 1) return name;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0 || !found) return {};
+  char text[INET_ADDRSTRLEN] = {};
+  auto* in = reinterpret_cast<sockaddr_in*>(found->ai_addr);
+  std::string out = ::inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) ? text : "";
+  ::freeaddrinfo(found);
+  return out;
 }
 
 }  // namespace troupe::cli::slurm

@@ -53,8 +53,12 @@ CommandResult run_command(const std::vector<std::string>& argv, int timeout_ms =
 // the allocation's order. Throws Error naming the list when scontrol fails or prints nothing.
 std::vector<std::string> expand_nodelist(const std::string& nodelist);
 
-// The address Slurm records for `node` (NodeAddr of `scontrol show node NODE`); empty when
-// scontrol fails or has none.
+// The address Slurm records for `node` (NodeAddr of `scontrol show node NODE`, which may be a
+// host name) as an IPv4 address; empty when scontrol fails, has none, or it does not resolve.
 std::string node_address(const std::string& node);
+
+// `name` as an IPv4 address: itself when it is one, else its first IPv4 address (getaddrinfo);
+// empty when it does not resolve.
+std::string resolve_ipv4(const std::string& name);
 
 }  // namespace troupe::cli::slurm

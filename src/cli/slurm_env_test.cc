@@ -91,6 +91,14 @@ TEST(SlurmEnv, NodeAddrFromScontrol) {
   EXPECT_EQ(scontrol_field(out, "Gres"), "");
 }
 
+// NodeAddr may be a host name (it defaults to the node's name): agents bind an IPv4 address.
+TEST(SlurmEnv, AddressesResolveToIpv4) {
+  EXPECT_EQ(resolve_ipv4("127.0.0.11"), "127.0.0.11");
+  EXPECT_EQ(resolve_ipv4("localhost"), "127.0.0.1");
+  EXPECT_EQ(resolve_ipv4("no-such-host.invalid"), "");
+  EXPECT_EQ(resolve_ipv4(""), "");
+}
+
 TEST(SlurmEnv, HostnamesOutputLines) {
   EXPECT_EQ(split_lines("n1\nn2\n\n  gpu07 \n"), (std::vector<std::string>{"n1", "n2", "gpu07"}));
 }

@@ -38,7 +38,10 @@ using Clock = std::chrono::steady_clock;
 
 std::string run_dir() { return standing_run_dir(""); }
 
-std::string primary_address_impl() {
+}  // namespace
+
+// The first non-loopback IPv4 address of this host's name, else 127.0.0.1.
+std::string primary_address() {
   char name[256] = {};
   if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
   addrinfo hints{};
@@ -58,6 +61,8 @@ std::string primary_address_impl() {
   ::freeaddrinfo(found);
   return out;
 }
+
+namespace {
 
 std::string this_host_name() {
   char name[256] = {};
@@ -205,8 +210,6 @@ std::string standing_run_dir(const std::string& name) {
   fs::open_private_dir(dir, true);
   return dir;
 }
-
-std::string primary_address() { return primary_address_impl(); }
 
 Value standing_head_status(const head::Head& head, const std::string& address) {
   Array hosts;
