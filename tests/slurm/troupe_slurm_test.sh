@@ -10,6 +10,7 @@
 #     different ports and different GPUs;
 #   - agents that cannot start (a bad --agent-binary) or that never register (--timeout): troupe
 #     slurm fails with an error naming the nodes and the binary;
+#   - a driver that cannot start; troupe slurm under salloc;
 #   - the example job examples/slurm/troupe_demo.sbatch runs the demo on both nodes.
 #
 #   troupe_slurm_test.sh TROUPE_CLI SLURM_DRIVER_BINARY
@@ -127,6 +128,20 @@ submit exitcode -N2 --wrap "exec $troupe slurm --node-ip-address 127.0.0.1 -- sh
 check "the job's exit code is the driver's (7)" test "$job_rc" -eq 7 || show "$work/exitcode.out"
 check "--node-ip-address sets the head's address" \
   grep -Eq "head at 127\.0\.0\.1:[1-9][0-9]* on n1" "$work/exitcode.out"
+
+submit nodriver -N2 --wrap "exec $troupe slurm -- /nonexistent/driver"
+check "a driver that cannot start is an error naming it" \
+  bash -c "[[ $job_rc == 1 ]] && grep -q \"cannot start '/nonexistent/driver'\" '$work/nodriver.out'" ||
+  show "$work/nodriver.out"
+
+# Under salloc the command runs where salloc runs (not on a node): the head runs there (here on
+# loopback), the agents on the nodes.
+timeout 60 salloc -N2 -J ts-salloc "$troupe" slurm --node-ip-address 127.0.0.1 -- sh -c 'exit 5' \
+  >"$work/salloc.out" 2>&1
+check "salloc -N2 troupe slurm runs the driver and passes its exit code (5)" test $? -eq 5 ||
+  show "$work/salloc.out"
+check "... after every node's agent registered" grep -q "all 2 agents registered" "$work/salloc.out"
+check "nothing left after salloc" wait_for 10 none_left
 
 # One troupe slurm per job at a time: a second one is refused and the first is not disturbed.
 submit twice -N2 --wrap "$troupe slurm -- sleep 3 & sleep 1; $troupe slurm -- true; echo second=\$?; wait \$!; echo first=\$?"
