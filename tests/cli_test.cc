@@ -77,7 +77,8 @@ TEST(Cli, AgentRejectsCudaVisibleDevicesItCannotRead) {
 TEST(Cli, UnknownOrMissingCommand) {
   CliRun r = troupe("bogus");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_HAS(r.output, "unknown command 'bogus' (commands: demo, status, start, stop, version");
+  EXPECT_HAS(r.output,
+             "unknown command 'bogus' (commands: demo, status, start, slurm, stop, version");
   r = troupe("");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "A subcommand is required");
@@ -99,6 +100,11 @@ TEST(Cli, HelpForEverySubcommand) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_HAS(r.output, "--num-gpus");
   EXPECT_HAS(r.output, "--node-ip-address");
+  r = troupe("slurm --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "--timeout");
+  EXPECT_HAS(r.output, "--agent-binary");
+  EXPECT_HAS(r.output, "-- DRIVER ARGS...");
   r = troupe("stop --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   r = troupe("version");
@@ -160,6 +166,29 @@ TEST(Cli, StandingClusterStartStatusStop) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_HAS(r.output, "no cluster token");  // the head removed the token it made
   std::system((std::string("rm -rf ") + dir).c_str());
+}
+
+// `troupe slurm` outside an allocation and with bad arguments: clear errors, nothing started.
+// (Inside an allocation it is tested on real Slurm daemons: tests/slurm/troupe_slurm_test.sh.)
+TEST(Cli, SlurmOutsideAnAllocationAndBadArguments) {
+  CliRun r = troupe("SLURM_JOB_ID= SLURM_JOB_NODELIST= slurm -- /bin/true", true);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_HAS(r.output, "not inside a Slurm allocation: SLURM_JOB_ID or SLURM_JOB_NODELIST");
+  r = troupe("slurm --timeout 5");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_HAS(r.output, "give the driver to run: troupe slurm [options] -- DRIVER ARGS...");
+  r = troupe("slurm --bogus -- /bin/true");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_HAS(r.output, "unknown option '--bogus'");
+  r = troupe("slurm --timeout 0 -- /bin/true");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_HAS(r.output, "--timeout");
+  r = troupe("SLURM_JOB_ID= start --address 127.0.0.1:1 --block --slurm", true);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_HAS(r.output, "--slurm: SLURM_JOB_ID is not set");
+  r = troupe("start --head --slurm");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_HAS(r.output, "--slurm is for an agent");
 }
 
 }  // namespace

@@ -144,7 +144,7 @@ class Agent {
           transport::RpcPeer::Handlers h;
           h.on_close = [this](const Error& reason) {
             if (shutting_down_) return;
-            if (config_.standing) {
+            if (config_.standing && !config_.exit_without_head) {
               TROUPE_LOG(Warning) << "lost the head (" << reason.message()
                                   << "): " << workers_.size()
                                   << " worker(s) keep running; registering again";

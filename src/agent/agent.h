@@ -57,6 +57,10 @@ struct AgentConfig {
   // (worker_log events) instead of its own terminal. An embedded agent (false) stops everything
   // and exits when its head goes.
   bool standing = false;
+  // With `standing`: stop every worker and exit when the head's connection closes or its
+  // heartbeats stop, instead of registering again (an agent of `troupe slurm`, whose head lives
+  // and dies with the job). A head that never answered is an error either way.
+  bool exit_without_head = false;
   std::chrono::milliseconds reconnect_interval{500};
   // Heartbeats on the head's and every client's connection (transport RPC-HB); 0: none.
   std::chrono::milliseconds heartbeat_interval{0};

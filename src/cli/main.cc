@@ -4,8 +4,10 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/demo.h"
+#include "cli/slurm.h"
 #include "cli/standing.h"
 #include "cli/status.h"
 #include "troupe/troupe.h"
@@ -87,6 +89,35 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(50, 600000))
       ->capture_default_str();
 
+  start_cmd->add_flag("--slurm", agent.slurm,
+                      "an agent in a Slurm job step (as `troupe slurm` starts them): host name, "
+                      "address, CPUs and GPUs from Slurm unless given; exits with its head");
+
+  troupe::cli::SlurmOptions slurm;
+  CLI::App* slurm_cmd = app.add_subcommand(
+      "slurm",
+      "inside a Slurm allocation (sbatch, salloc): start a head here and an agent on every node "
+      "(one srun step), run DRIVER with TROUPE_ADDRESS and TROUPE_TOKEN, stop everything when "
+      "it ends; usage: troupe slurm [options] -- DRIVER ARGS...");
+  slurm_cmd->prefix_command();  // DRIVER ARGS... are left as they are
+  slurm_cmd->add_option("--node-ip-address", slurm.node_ip_address,
+                        "the head's address (default: this node's NodeAddr in Slurm)");
+  slurm_cmd->add_option("--port", slurm.port, "the head's port (0: any free port)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  slurm_cmd
+      ->add_option("--timeout", slurm.timeout_s,
+                   "seconds for every node's agent to register with the head")
+      ->check(CLI::Range(1, 86400))
+      ->capture_default_str();
+  slurm_cmd->add_option("--agent-binary", slurm.agent_binary,
+                        "the troupe executable each node runs as its agent (default: this one)");
+  slurm_cmd
+      ->add_option("--stop-grace", slurm.stop_grace_s,
+                   "seconds from SIGTERM to SIGKILL for the driver once troupe slurm is stopped")
+      ->check(CLI::Range(0, 600))
+      ->capture_default_str();
+
   CLI::App* stop_cmd =
       app.add_subcommand("stop", "stop this host's standing-cluster daemons and their workers");
 
@@ -103,6 +134,18 @@ int main(int argc, char** argv) {
                  argv[1], known.c_str());
     return 2;
   }
+  // `troupe slurm [options] -- DRIVER ARGS...`: what follows the first `--` is the driver's,
+  // never parsed here.
+  std::vector<std::string> driver_after_dashes;
+  bool split_at_dashes = false;
+  if (argc > 1 && std::string(argv[1]) == "slurm")
+    for (int i = 2; i < argc; ++i)
+      if (std::string(argv[i]) == "--") {
+        driver_after_dashes.assign(argv + i + 1, argv + argc);
+        split_at_dashes = true;
+        argc = i;
+        break;
+      }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -125,6 +168,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "troupe start: give --head or --address HOST:PORT (see --help)\n");
       return 2;
     }
+    if (agent.slurm && start_head) {
+      std::fprintf(stderr, "troupe start: --slurm is for an agent (--address), not the head\n");
+      return 2;
+    }
     if (start_head) return troupe::cli::run_start_head(head);
     std::stringstream ss(labels);
     for (std::string kv; std::getline(ss, kv, ',');) {
@@ -141,6 +188,24 @@ int main(int argc, char** argv) {
     agent.heartbeat_ms = head.heartbeat_ms;
     agent.host_lost_ms = head.host_lost_ms;
     return troupe::cli::run_start_agent(agent);
+  }
+  if (*slurm_cmd) {
+    slurm.driver = slurm_cmd->remaining();  // DRIVER ARGS... given without `--`
+    if (!slurm.driver.empty() && slurm.driver.front().rfind("-", 0) == 0) {
+      std::fprintf(stderr, "troupe slurm: unknown option '%s' (see troupe slurm --help)\n",
+                   slurm.driver.front().c_str());
+      return 2;
+    }
+    // A `--` after the driver's name is the driver's own: give it back.
+    if (!slurm.driver.empty() && split_at_dashes) slurm.driver.push_back("--");
+    slurm.driver.insert(slurm.driver.end(), driver_after_dashes.begin(), driver_after_dashes.end());
+    if (slurm.driver.empty()) {
+      std::fprintf(
+          stderr,
+          "troupe slurm: give the driver to run: troupe slurm [options] -- DRIVER ARGS...\n");
+      return 2;
+    }
+    return troupe::cli::run_slurm(slurm);
   }
   if (*stop_cmd) return troupe::cli::run_stop();
   if (*version_cmd) {

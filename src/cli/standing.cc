@@ -21,6 +21,7 @@
 
 #include "agent/agent.h"
 #include "agent/gpu_probe.h"
+#include "cli/slurm_env.h"
 #include "cli/status.h"
 #include "common/env.h"
 #include "common/private_dir.h"
@@ -36,14 +37,9 @@ namespace {
 namespace stdfs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-// $TMPDIR/troupe-<uid>/standing, created mode 0700; refused when another user can steer it.
-std::string run_dir() {
-  std::string base = env::get_or("TMPDIR", "/tmp") + "/troupe-" + std::to_string(::getuid());
-  fs::open_private_dir(base, true);
-  std::string dir = base + "/standing";
-  fs::open_private_dir(dir, true);
-  return dir;
-}
+std::string run_dir() { return standing_run_dir(""); }
+
+}  // namespace
 
 // The first non-loopback IPv4 address of this host's name, else 127.0.0.1.
 std::string primary_address() {
@@ -66,6 +62,8 @@ std::string primary_address() {
   ::freeaddrinfo(found);
   return out;
 }
+
+namespace {
 
 std::string this_host_name() {
   char name[256] = {};
@@ -178,7 +176,43 @@ std::function<void()> block_stop_signals() {
   };
 }
 
-Value head_status(const head::Head& head, const std::string& address) {
+// Fills `c` for an agent of a Slurm job step (StartAgentOptions::slurm): given options first,
+// then what Slurm says. Throws Error when this is not a Slurm step.
+void apply_slurm_environment(const StartAgentOptions& o, agent::AgentConfig& c,
+                             std::string& run_dir_name, std::string& gpu_source) {
+  auto vars = env::current();
+  auto job = vars.find("SLURM_JOB_ID");
+  if (job == vars.end() || job->second.empty())
+    throw Error(ErrorCode::kInvalidArgument,
+                "--slurm: SLURM_JOB_ID is not set (run it in a job step, as `troupe slurm` does)");
+  if (run_dir_name.empty()) run_dir_name = "standing-job" + job->second;
+  std::string node = vars.count("SLURMD_NODENAME") ? vars["SLURMD_NODENAME"] : "";
+  c.host_name = !o.host_name.empty() ? o.host_name : !node.empty() ? node : this_host_name();
+  c.address = o.node_ip_address;
+  if (c.address.empty() && !node.empty()) c.address = slurm::node_address(node);
+  if (c.address.empty()) c.address = primary_address();
+  c.num_cpus = o.num_cpus > 0 ? o.num_cpus : slurm::cpus_from_env(vars);
+  if (c.num_cpus <= 0) c.num_cpus = std::thread::hardware_concurrency();
+  if (o.num_gpus >= 0) {
+    for (int g = 0; g < o.num_gpus; ++g) c.gpu_ids.push_back(g);
+  } else {
+    auto gpus = slurm::gpus_from_env(vars);
+    c.gpu_ids = gpus.ids;
+    gpu_source = gpus.source.empty() ? "no GPU variable" : gpus.source;
+  }
+}
+
+}  // namespace
+
+std::string standing_run_dir(const std::string& name) {
+  std::string base = env::get_or("TMPDIR", "/tmp") + "/troupe-" + std::to_string(::getuid());
+  fs::open_private_dir(base, true);
+  std::string dir = base + "/" + (name.empty() ? std::string("standing") : name);
+  fs::open_private_dir(dir, true);
+  return dir;
+}
+
+Value standing_head_status(const head::Head& head, const std::string& address) {
   Array hosts;
   auto free = head.describe_free();
   auto records = head.hosts();
@@ -204,8 +238,6 @@ Value head_status(const head::Head& head, const std::string& address) {
              {"workers", Array{}}};
 }
 
-}  // namespace
-
 std::string standing_token(const std::string& token_file) {
   if (!token_file.empty()) return token::read_file(token_file);
   if (auto t = env::get("TROUPE_TOKEN"); t && !t->empty()) return *t;
@@ -219,7 +251,7 @@ std::string standing_token(const std::string& token_file) {
 
 int run_start_head(const StartHeadOptions& o) {
   try {
-    const std::string dir = run_dir();
+    const std::string dir = standing_run_dir(o.run_dir_name);
     const std::string ip = o.node_ip_address.empty() ? primary_address() : o.node_ip_address;
     const std::string address = ip + ":" + std::to_string(o.port);
     std::string token_path = o.token_file;
@@ -251,7 +283,7 @@ int run_start_head(const StartHeadOptions& o) {
       head::Head* h = head.get();
       // The bound address (port 0 asks for any free port).
       std::string bound = head->endpoint().substr(4);  // "tcp:IP:PORT"
-      head->set_status_provider([h, bound] { return head_status(*h, bound); });
+      head->set_status_provider([h, bound] { return standing_head_status(*h, bound); });
       write_private_file(dir + "/head.pid", pid_record());
       write_private_file(dir + "/head.address", bound + "\n");
       std::fprintf(stderr, "troupe head listening on %s (pid %d)\n", bound.c_str(), ::getpid());
@@ -294,32 +326,40 @@ int run_start_head(const StartHeadOptions& o) {
 
 int run_start_agent(const StartAgentOptions& o) {
   try {
-    const std::string dir = run_dir();
     agent::AgentConfig c;
-    c.host_name = o.host_name.empty() ? this_host_name() : o.host_name;
+    std::string run_dir_name = o.run_dir_name;
+    std::string gpu_source = "--num-gpus";
+    if (o.slurm) {
+      apply_slurm_environment(o, c, run_dir_name, gpu_source);
+    } else {
+      c.host_name = o.host_name.empty() ? this_host_name() : o.host_name;
+      c.address = o.node_ip_address.empty() ? primary_address() : o.node_ip_address;
+      c.num_cpus = o.num_cpus > 0 ? o.num_cpus : std::thread::hardware_concurrency();
+      // --num-gpus; else CUDA_VISIBLE_DEVICES when set (a launcher gave this host only those,
+      // where NVML would count every GPU of the machine); else NVML's count.
+      auto visible = env::get("CUDA_VISIBLE_DEVICES");
+      if (o.num_gpus >= 0) {
+        for (int g = 0; g < o.num_gpus; ++g) c.gpu_ids.push_back(g);
+      } else if (visible && !visible->empty()) {
+        gpu_source = "CUDA_VISIBLE_DEVICES";
+        std::stringstream ss(*visible);
+        for (std::string id; std::getline(ss, id, ',');) {
+          try {
+            c.gpu_ids.push_back(std::stoi(id));
+          } catch (const std::exception&) {
+            throw Error(ErrorCode::kInvalidArgument,
+                        "CUDA_VISIBLE_DEVICES='" + *visible +
+                            "' is not a list of GPU indexes; give --num-gpus");
+          }
+        }
+      } else if (auto count = agent::nvml_gpu_count()) {
+        gpu_source = "NVML";
+        for (int g = 0; g < *count; ++g) c.gpu_ids.push_back(g);
+      }
+    }
     if (!fs::valid_component(c.host_name))
       throw Error(ErrorCode::kInvalidArgument, "bad host name '" + c.host_name + "'");
-    c.address = o.node_ip_address.empty() ? primary_address() : o.node_ip_address;
-    c.num_cpus = o.num_cpus > 0 ? o.num_cpus : std::thread::hardware_concurrency();
-    // --num-gpus; else CUDA_VISIBLE_DEVICES when set (a launcher such as Slurm gave this host
-    // only those, where NVML would count every GPU of the machine); else NVML's count.
-    auto visible = env::get("CUDA_VISIBLE_DEVICES");
-    if (o.num_gpus >= 0) {
-      for (int g = 0; g < o.num_gpus; ++g) c.gpu_ids.push_back(g);
-    } else if (visible && !visible->empty()) {
-      std::stringstream ss(*visible);
-      for (std::string id; std::getline(ss, id, ',');) {
-        try {
-          c.gpu_ids.push_back(std::stoi(id));
-        } catch (const std::exception&) {
-          throw Error(ErrorCode::kInvalidArgument,
-                      "CUDA_VISIBLE_DEVICES='" + *visible +
-                          "' is not a list of GPU indexes; give --num-gpus");
-        }
-      }
-    } else if (auto count = agent::nvml_gpu_count()) {
-      for (int g = 0; g < *count; ++g) c.gpu_ids.push_back(g);
-    }
+    const std::string dir = standing_run_dir(run_dir_name);
     c.labels = o.labels;
     c.head_endpoint = "tcp:" + o.address;
     c.token = standing_token(o.token_file);
@@ -330,13 +370,29 @@ int run_start_agent(const StartAgentOptions& o) {
     c.standing = true;
     c.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
     c.heartbeat_timeout = std::chrono::milliseconds(o.host_lost_ms);
+    c.exit_without_head = o.slurm;
     const std::string log = dir + "/agent-" + c.host_name + ".log";
     const std::string pidfile = dir + "/agent-" + c.host_name + ".pid";
     auto body = [&](int ready_fd) -> int {
       write_private_file(pidfile, pid_record());
       signal_ready(ready_fd);
+      if (o.slurm) {
+        std::string gpus;
+        for (int g : c.gpu_ids) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
+        std::fprintf(stderr,
+                     "troupe agent of %s at %s: %.0f CPUs, GPUs [%s] (from %s); joining %s\n",
+                     c.host_name.c_str(), c.address.c_str(), c.num_cpus, gpus.c_str(),
+                     gpu_source.c_str(), o.address.c_str());
+        std::fflush(stderr);
+      }
       int rc = agent::run_agent(c);
       ::unlink(pidfile.c_str());
+      if (o.slurm) {  // this job's files on this node go with its agent
+        std::error_code ec;
+        stdfs::remove_all(c.session_dir, ec);
+        ::unlink(log.c_str());
+        ::rmdir(dir.c_str());  // the last one out (the head's node keeps it until the end)
+      }
       return rc;
     };
     return launch(o.block, log, body, [&](pid_t pid, const std::string&) {

@@ -6,6 +6,12 @@
 #include <map>
 #include <string>
 
+#include "troupe/value.h"
+
+namespace troupe::head {
+class Head;
+}
+
 namespace troupe::cli {
 
 // The default port of a standing cluster's head.
@@ -22,6 +28,8 @@ struct StartHeadOptions {
   // is lost. The defaults declare a hung or cut-off host lost within a second.
   int heartbeat_ms = kDefaultHeartbeatMs;
   int host_lost_ms = kDefaultHostLostMs;
+  // The run directory's name under $TMPDIR/troupe-<uid>; empty: "standing".
+  std::string run_dir_name;
 };
 
 struct StartAgentOptions {
@@ -35,6 +43,12 @@ struct StartAgentOptions {
   bool block = false;
   int heartbeat_ms = kDefaultHeartbeatMs;  // as for the head
   int host_lost_ms = kDefaultHostLostMs;
+  std::string run_dir_name;  // as for the head
+  // An agent of `troupe slurm`, started by srun in a job step: what is not given comes from
+  // Slurm (host name SLURMD_NODENAME; address the node's NodeAddr, else this host's; CPUs and
+  // GPUs of the step, see slurm_env.h; run directory "standing-job<SLURM_JOB_ID>"). It exits,
+  // stopping its workers, when its head goes, and removes its files on exit.
+  bool slurm = false;
 };
 
 // Each returns the process exit code. Without `block` they return once the daemon is ready
@@ -46,6 +60,14 @@ int run_start_agent(const StartAgentOptions& options);
 // SIGKILL after 10 s. Only processes whose pid and start time match what was recorded are
 // signalled.
 int run_stop();
+// $TMPDIR/troupe-<uid>/NAME (NAME empty: "standing"), created mode 0700; throws Error when
+// another user can steer it.
+std::string standing_run_dir(const std::string& name);
+// The first non-loopback IPv4 address of this host's name, else 127.0.0.1.
+std::string primary_address();
+// The `status` answer of a standing head listening at `address` (what `troupe status
+// --address` prints). Thread-safe (Head's public functions are).
+Value standing_head_status(const head::Head& head, const std::string& address);
 // The token of a standing cluster: the file, else TROUPE_TOKEN, else the run directory's token.
 // Throws Error naming what is missing.
 std::string standing_token(const std::string& token_file);

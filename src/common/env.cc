@@ -40,7 +40,7 @@ std::vector<std::string> to_strings(const std::map<std::string, std::string>& va
 }
 
 bool is_launcher_variable(const std::string& name) {
-  for (const char* prefix : {"SLURM_", "PMI_", "PMIX_", "OMPI_", "MPI_"})
+  for (const char* prefix : {"SLURM_", "SLURMD_", "PMI_", "PMIX_", "OMPI_", "MPI_"})
     if (name.rfind(prefix, 0) == 0) return true;
   return false;
 }

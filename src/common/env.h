@@ -14,8 +14,8 @@ std::string get_or(const char* name, const std::string& fallback);
 std::map<std::string, std::string> current();
 // "KEY=VALUE" strings for execve, in key order.
 std::vector<std::string> to_strings(const std::map<std::string, std::string>& vars);
-// True for variables of launchers that must not leak into workers (SLURM_*, PMI_*, PMIX_*,
-// OMPI_*, MPI_*).
+// True for variables of launchers that must not leak into workers (SLURM_*, SLURMD_* such as
+// SLURMD_NODENAME, which names the driver's node, PMI_*, PMIX_*, OMPI_*, MPI_*).
 bool is_launcher_variable(const std::string& name);
 // The absolute path of the running executable (/proc/self/exe).
 std::string self_executable();
