@@ -46,15 +46,15 @@ TROUPE_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 export TROUPE_TOKEN
 readonly head_address=10.77.0.1:16380
 
-# wait_for SECONDS COMMAND...: polls COMMAND every 0.1 s until it succeeds.
+# wait_for SECONDS COMMAND...: polls COMMAND every 0.1 s until it succeeds, at most SECONDS.
 wait_for() {
-  local seconds=$1
+  local deadline=$((SECONDS + $1))
   shift
-  for _ in $(seq $((seconds * 10))); do
+  while :; do
     "$@" >/dev/null 2>&1 && return 0
+    ((SECONDS < deadline)) || return 1
     sleep 0.1
   done
-  return 1
 }
 host_up() {  # host_up NAME: the head lists NAME as up
   TMPDIR=$work/h1 ns tr-h1 "$troupe" status --address $head_address | grep -Eq "^  $1 .* up "

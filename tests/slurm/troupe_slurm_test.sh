@@ -43,14 +43,14 @@ check() {  # check WHAT COMMAND...
   fi
 }
 # wait_for SECONDS COMMAND...: polls COMMAND every 0.1 s until it succeeds.
-wait_for() {
-  local seconds=$1
+wait_for() {  # wait_for SECONDS COMMAND...: polls COMMAND until it succeeds or SECONDS pass
+  local deadline=$((SECONDS + $1))
   shift
-  for _ in $(seq $((seconds * 10))); do
+  while :; do
     "$@" >/dev/null 2>&1 && return 0
+    ((SECONDS < deadline)) || return 1
     sleep 0.1
   done
-  return 1
 }
 # ours: "PID CMDLINE" of every process running this build's troupe or driver binary (the head,
 # agents, drivers and workers of any job), or srun steps that run it.
@@ -121,7 +121,7 @@ check "the head ran on n1 at n1's NodeAddr on a free port" \
   "$work/dispatch.out"
 check "every node's agent registered before the driver ran" \
   grep -q "all 2 agents registered" "$work/dispatch.out"
-check "the agents are gone when the job ends" wait_for 10 none_left
+check "the agents are gone when the job ends" wait_for 30 none_left || { echo "left:"; ours; }
 check "the job's run directory (token) is removed" test ! -e "$(run_dir "$job_id")"
 
 submit exitcode -N2 --wrap "exec $troupe slurm --node-ip-address 127.0.0.1 -- sh -c 'exit 7'"
@@ -141,7 +141,7 @@ timeout 60 salloc -N2 -J ts-salloc "$troupe" slurm --node-ip-address 127.0.0.1 -
 check "salloc -N2 troupe slurm runs the driver and passes its exit code (5)" test $? -eq 5 ||
   show "$work/salloc.out"
 check "... after every node's agent registered" grep -q "all 2 agents registered" "$work/salloc.out"
-check "nothing left after salloc" wait_for 10 none_left
+check "nothing left after salloc" wait_for 30 none_left || { echo "left:"; ours; }
 
 # One troupe slurm per job at a time: a second one is refused and the first is not disturbed.
 submit twice -N2 --wrap "$troupe slurm -- sleep 3 & sleep 1; $troupe slurm -- true; echo second=\$?; wait \$!; echo first=\$?"
