@@ -11,6 +11,8 @@
 //                restored (RESTORE_CMD) and rejoins between trials
 //   64 workers   a 64-worker group over the two hosts until every worker answered a call, vs 64
 //                fork+exec of /bin/true in this process
+//   placement    VirtualCluster (one small bundle, no workers) create+remove per second, each a
+//                reserve and a release round trip to the head
 //
 //   multihost_bench echo-server PORT       (tr-h3) echoes 64-byte messages on 0.0.0.0:PORT
 //   multihost_bench                         (tr-h1) ECHO_ADDR=IP:PORT CUT_CMD=... RESTORE_CMD=...
@@ -251,6 +253,23 @@ void start_64(troupe::Cluster& cluster) {
       t, f, t / f, kReps);
 }
 
+// Placement groups through the standing head: VirtualCluster of one 0.1-CPU bundle, no workers,
+// created and removed back to back for about a second (a reserve and a release round trip).
+void placement_rate(troupe::Cluster& cluster) {
+  troupe::VirtualClusterOptions o;
+  o.bundle_ct_per_node_list = {1};
+  o.use_gpus = false;
+  o.cpus_per_bundle = 0.1;
+  auto t0 = Clock::now();
+  int n = 0;
+  while (ms_since(t0) < 1000) {
+    troupe::VirtualCluster vc(cluster, o);
+    ++n;
+  }
+  std::printf("placement group create+remove through the head over TCP: %.0f /s (%d in %.0f ms)\n",
+              n * 1000 / ms_since(t0), n, ms_since(t0));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -270,6 +289,7 @@ int main(int argc, char** argv) {
     options.log_to_driver = false;
     troupe::Cluster cluster(options);
     round_trip(cluster, echo);
+    placement_rate(cluster);
     start_64(cluster);
     host_cut(cluster, cut, restore);
   } catch (const std::exception& e) {

@@ -68,3 +68,8 @@ echo "+ multihost_bench (driver in tr-h1; head 10.77.0.1, node-a 10.77.0.2, node
 netns exec tr-h1 env TROUPE_ADDRESS=$head_address ECHO_ADDR=10.77.0.3:17000 \
   CUT_CMD="ip netns exec tr-h3 nft -f $work/cut.nft" \
   RESTORE_CMD="ip netns exec tr-h3 nft delete table inet troupe_cut" "$bench"
+rc=$?
+if ((rc != 0)); then
+  for f in head node-a node-b; do echo "--- $f.log (last lines)"; tail -n 20 "$work/$f.log"; done
+fi
+exit $rc

@@ -133,6 +133,9 @@ class FakeAgentClient : public troupe::internal::AgentClient {
     return closed_;
   }
   std::string endpoint() const override { return endpoint_; }
+  std::chrono::steady_clock::time_point last_heard() const override { return last_heard_at; }
+  // What last_heard() returns (default: long ago, as for an agent that went silent).
+  std::chrono::steady_clock::time_point last_heard_at{};
   size_t host() const { return host_; }
 
  private:

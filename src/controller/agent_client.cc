@@ -69,6 +69,7 @@ class RpcAgentClient : public AgentClient, public std::enable_shared_from_this<R
   void close(const Error& reason) override { peer_->close(reason); }
   bool closed() const override { return peer_->closed(); }
   std::string endpoint() const override { return peer_->peer(); }
+  std::chrono::steady_clock::time_point last_heard() const override { return peer_->last_heard(); }
 
   void start_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout) {
     peer_->start_heartbeat(interval, timeout);

@@ -89,6 +89,8 @@ class AgentClient {
   virtual bool closed() const = 0;
   // The other end, for messages (e.g. "unix:/tmp/.../agent-0.sock").
   virtual std::string endpoint() const = 0;
+  // When the agent was last heard from (any bytes). On the I/O thread only.
+  virtual std::chrono::steady_clock::time_point last_heard() const = 0;
 };
 
 // What an agent tells the controller. Every callback is optional.

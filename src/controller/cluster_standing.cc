@@ -121,11 +121,23 @@ void ClusterImpl::on_head_event(wire::Event&& event) {
   std::shared_ptr<AgentClient> client;
   {
     std::lock_guard<std::mutex> lock(hosts_mu_);
-    if (lost.index >= 0 && static_cast<size_t>(lost.index) < agents_.size()) {
+    if (lost.index >= 0 && static_cast<size_t>(lost.index) < agents_.size())
       client = agents_[lost.index].client;
-      if (static_cast<size_t>(lost.index) < host_records_.size())
-        host_records_[lost.index].alive = false;
-    }
+  }
+  // Runs on the I/O thread (the head's events), where last_heard() may be read. A host this
+  // driver heard from within two heartbeat intervals is reachable from here: the head lost its
+  // own link to it (a flap, or a partition between head and host), and its workers go on; this
+  // driver's own heartbeat still ends the connection if the host goes silent.
+  if (client && !client->closed() &&
+      std::chrono::steady_clock::now() - client->last_heard() < 2 * options_.heartbeat_interval) {
+    TROUPE_LOG(Info) << "the head lost host " << lost.name << " (" << lost.reason
+                     << "), but this driver still hears from its agent: its workers go on";
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    if (lost.index >= 0 && static_cast<size_t>(lost.index) < host_records_.size())
+      host_records_[lost.index].alive = false;
   }
   // The head noticed first: the same as our own heartbeat running out.
   if (client) client->close(Error(ErrorCode::kHostLost, "the head lost it: " + lost.reason));

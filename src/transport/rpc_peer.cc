@@ -114,6 +114,10 @@ void RpcPeer::start_heartbeat(std::chrono::milliseconds interval,
   });
 }
 
+std::chrono::steady_clock::time_point RpcPeer::last_heard() const {
+  return std::max(last_heard_, connection_->last_bytes_received());
+}
+
 void RpcPeer::heartbeat_tick() {
   // Any byte counts, so that a large frame in transit is not silence.
   auto heard = std::max(last_heard_, connection_->last_bytes_received());

@@ -78,6 +78,9 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
   // Starts monitoring the other end (RPC-HB). Call once; thread-safe (the timer runs on the I/O
   // thread). `timeout` should be several intervals.
   void start_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
+  // When bytes last arrived from the other end (the connection's creation before any). I/O
+  // thread only.
+  std::chrono::steady_clock::time_point last_heard() const;
   void set_failure_hook(FailureHook hook);
   // When set, replaces the failure hook for the calls pending at close.
   void set_orphan_handler(OrphanHandler handler);

@@ -262,6 +262,27 @@ TEST_F(MultiHost, CutHostFailsItsCallsWithHostLostThenRejoins) {
   EXPECT_EQ(env_of(group, "TROUPE_HOST_NAME"), (std::vector<Value>{"node-a", "node-b"}));
 }
 
+// CUT_CMD cuts node-b off the head only (RESTORE_CMD undoes it): the head loses node-b, but this
+// driver still hears from it, so its workers go on: a call pending there completes after the
+// head has reported node-b lost.
+TEST_F(MultiHost, HeadLosingAHostTheDriverStillReachesKeepsItsWorkers) {
+  std::string cut = getenv_of("CUT_CMD").value_or(""),
+              restore = getenv_of("RESTORE_CMD").value_or("");
+  ASSERT_FALSE(cut.empty() || restore.empty()) << "set CUT_CMD and RESTORE_CMD";
+  troupe::Cluster cluster(troupe::ClusterOptions::local(1));
+  troupe::VirtualCluster vc(cluster, one_bundle_per_host(false));
+  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("HostProbe"), group_options("split"));
+  auto f = group.run_all_workers_single_data("sleep_ms", {{"ms", 3000}});
+  ASSERT_EQ(std::system(cut.c_str()), 0) << cut;
+  bool head_lost_it = wait_host_alive(cluster, 1, false, 5s);  // the head's view
+  ASSERT_EQ(std::system(restore.c_str()), 0) << restore;
+  ASSERT_TRUE(head_lost_it) << "the head did not lose node-b";
+  ASSERT_TRUE(f.wait_for(kDeadline));
+  EXPECT_EQ(group.get_all_worker_results(f), (std::vector<Value>{"slept", "slept"}));
+  EXPECT_TRUE(wait_host_alive(cluster, 1, true, 30s)) << "node-b did not register again";
+  EXPECT_EQ(env_of(group, "TROUPE_HOST_NAME"), (std::vector<Value>{"node-a", "node-b"}));
+}
+
 // An agent that hangs (SIGSTOP) is lost; the other host sees no false alarm.
 TEST_F(MultiHost, HungAgentIsLostOthersAreNot) {
   troupe::Cluster cluster(troupe::ClusterOptions::local(1));

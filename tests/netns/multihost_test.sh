@@ -155,6 +155,17 @@ check "cut by link down: kHostLost within 1 s, then node-b rejoins" \
   run link.out MultiHost.CutHostFailsItsCallsWithHostLostThenRejoins \
   CUT_CMD="ip -n tr-h3 link set eth0 down" RESTORE_CMD="ip -n tr-h3 link set eth0 up"
 ip -n tr-h3 link set eth0 up
+cat >"$work/split.nft" <<'NFT'
+table inet troupe_split {
+  chain in { type filter hook input priority 0; policy accept; ip saddr 10.77.0.1 tcp sport 16380 drop; }
+  chain out { type filter hook output priority 0; policy accept; ip daddr 10.77.0.1 tcp dport 16380 drop; }
+}
+NFT
+check "the head loses node-b, the driver still reaches it: its workers go on" \
+  run split.out MultiHost.HeadLosingAHostTheDriverStillReachesKeepsItsWorkers \
+  CUT_CMD="ip netns exec tr-h3 nft -f $work/split.nft" \
+  RESTORE_CMD="ip netns exec tr-h3 nft delete table inet troupe_split"
+ip netns exec tr-h3 nft delete table inet troupe_split 2>/dev/null
 check "a hung agent is lost, the other host is not" run hung.out MultiHost.HungAgentIsLostOthersAreNot
 for p in $(ip netns pids tr-h3); do kill -CONT "$p" 2>/dev/null; done
 
