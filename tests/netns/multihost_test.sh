@@ -30,12 +30,14 @@ check() {  # check WHAT COMMAND...
   if "$@"; then echo "ok: $what"; else echo "FAILED: $what"; failures=$((failures + 1)); fi
 }
 ns() { bash "$here/netns.sh" exec "$@"; }
+ns_pids() { for h in tr-h1 tr-h2 tr-h3; do ip netns pids "$h" 2>/dev/null; done; }
+# Every process in the test's namespaces goes (daemons[] holds the subshells that started the
+# daemons, whose troupe processes are their children): SIGTERM, then SIGKILL after 10 s.
 cleanup() {
-  for p in "${daemons[@]}"; do kill -TERM "$p" 2>/dev/null; done
-  for p in "${daemons[@]}"; do
-    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$p" 2>/dev/null
-  done
+  local p
+  for p in "${daemons[@]}" $(ns_pids); do kill -TERM "$p" 2>/dev/null; done
+  for _ in $(seq 100); do [[ -z $(ns_pids) ]] && break; sleep 0.1; done
+  for p in "${daemons[@]}" $(ns_pids); do kill -KILL "$p" 2>/dev/null; done
   bash "$here/netns.sh" down
   rm -rf "$work"
 }
