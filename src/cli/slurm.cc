@@ -61,13 +61,10 @@ std::string join(const std::vector<std::string>& items, const char* sep = ", ") 
   return out;
 }
 
+// The file's last `lines` lines, each on a line of its own after "\n  ".
 std::string log_tail(const std::string& path, size_t lines) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  for (std::string l; std::getline(in, l);) all.push_back(l);
   std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
-    out += "\n  " + all[i];
+  for (const auto& l : last_lines(path, lines)) out += "\n  " + l;
   return out.empty() ? "\n  (nothing)" : out;
 }
 

@@ -95,13 +95,10 @@ std::string pid_record() {
          std::to_string(process::start_time(::getpid()).value_or(0)) + "\n";
 }
 
+// The file's last `lines` lines, each as "  LINE\n".
 std::string log_tail(const std::string& path, size_t lines) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  for (std::string l; std::getline(in, l);) all.push_back(l);
   std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
-    out += "  " + all[i] + "\n";
+  for (const auto& l : last_lines(path, lines)) out += "  " + l + "\n";
   return out;
 }
 
@@ -473,6 +470,14 @@ int run_stop() {
     std::fprintf(stderr, "troupe stop: %s\n", e.what());
     return 1;
   }
+}
+
+std::vector<std::string> last_lines(const std::string& path, size_t count) {
+  std::ifstream in(path);
+  std::vector<std::string> all;
+  for (std::string l; std::getline(in, l);) all.push_back(l);
+  if (all.size() > count) all.erase(all.begin(), all.end() - static_cast<std::ptrdiff_t>(count));
+  return all;
 }
 
 }  // namespace troupe::cli

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "troupe/value.h"
 
@@ -65,6 +66,8 @@ int run_stop();
 std::string standing_run_dir(const std::string& name);
 // The first non-loopback IPv4 address of this host's name, else 127.0.0.1.
 std::string primary_address();
+// The last `count` lines of the file at `path` (fewer when it is shorter; none when unreadable).
+std::vector<std::string> last_lines(const std::string& path, size_t count);
 // The `status` answer of a standing head listening at `address` (what `troupe status
 // --address` prints). Thread-safe (Head's public functions are).
 Value standing_head_status(const head::Head& head, const std::string& address);

@@ -311,9 +311,9 @@ class VirtualClusterImpl {
                                         options_.port_range_begin, options_.port_range_end};
     std::vector<int> ports = agent->reserve_ports(request).get(std::chrono::seconds(30));
     if (ports.size() != static_cast<size_t>(count))
-      throw Error(ErrorCode::kProtocol, "the agent of host " + std::to_string(host) +
-                                            " reserved " + std::to_string(ports.size()) +
-                                            " ports, asked for " + std::to_string(count));
+      throw Error(ErrorCode::kProtocol, "the agent of host " + std::to_string(host) + " reserved " +
+                                            std::to_string(ports.size()) + " ports, asked for " +
+                                            std::to_string(count));
     ports_hosts_.insert(host);
     return ports;
   }

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "host_probe.h"
 #include "transport/io_loop.h"
 #include "transport/listener.h"
 #include "troupe/troupe.h"
@@ -36,92 +37,7 @@ using troupe::ErrorCode;
 using troupe::Map;
 using troupe::Value;
 
-std::optional<std::string> getenv_of(const std::string& name) {
-  const char* v = std::getenv(name.c_str());
-  if (!v) return std::nullopt;
-  return std::string(v);
-}
-
-// HostProbe(): a worker that reports where it runs and talks to its peers.
-//   env(name) -> getenv(name) or nil
-//   echo(x) -> {"rank": RANK, "x": x}
-//   sleep_ms(ms) -> "slept"
-//   say(text) -> nil, after writing `text` as a line to stdout
-//   rendezvous() -> "ok": rank 0 listens on MASTER_PORT (all addresses) and takes one byte from
-//                   each of the other WORLD_SIZE-1 ranks, which connect to MASTER_ADDR:MASTER_PORT
-//                   (as torch.distributed's TCPStore does); anything else is the failure text
-class HostProbe {
- public:
-  std::optional<std::string> env(std::string name) { return getenv_of(name); }
-  Value echo(Value x) {
-    return Map{{"rank", std::atoi(getenv_of("RANK").value_or("-1").c_str())}, {"x", std::move(x)}};
-  }
-  std::string sleep_ms(int ms) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-    return "slept";
-  }
-  Value say(std::string text) {
-    std::printf("%s\n", text.c_str());
-    std::fflush(stdout);
-    return Value();
-  }
-  std::string rendezvous() {
-    int rank = std::atoi(getenv_of("RANK").value_or("-1").c_str());
-    int world = std::atoi(getenv_of("WORLD_SIZE").value_or("0").c_str());
-    int port = std::atoi(getenv_of("MASTER_PORT").value_or("0").c_str());
-    std::string master = getenv_of("MASTER_ADDR").value_or("");
-    auto deadline = std::chrono::steady_clock::now() + 20s;
-    if (rank == 0) {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      int one = 1;
-      ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_port = htons(static_cast<uint16_t>(port));
-      if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-          ::listen(fd, 16) != 0) {
-        ::close(fd);
-        return "rank 0 cannot listen on port " + std::to_string(port);
-      }
-      for (int got = 0; got < world - 1; ++got) {
-        int c = ::accept(fd, nullptr, nullptr);
-        char b = 0;
-        if (c < 0 || ::read(c, &b, 1) != 1) {
-          ::close(fd);
-          return "rank 0: accept/read failed after " + std::to_string(got) + " peers";
-        }
-        ::close(c);
-      }
-      ::close(fd);
-      return "ok";
-    }
-    while (std::chrono::steady_clock::now() < deadline) {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_port = htons(static_cast<uint16_t>(port));
-      ::inet_pton(AF_INET, master.c_str(), &addr.sin_addr);
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-        char b = static_cast<char>(rank);
-        bool sent = ::write(fd, &b, 1) == 1;
-        ::close(fd);
-        return sent ? "ok" : "write failed";
-      }
-      ::close(fd);
-      std::this_thread::sleep_for(50ms);  // rank 0 is not listening yet
-    }
-    return "rank " + std::to_string(rank) + " could not reach " + master + ":" +
-           std::to_string(port);
-  }
-};
-
-TROUPE_WORKER_CLASS(HostProbe, cls) {
-  cls.method("env", &HostProbe::env, {"name"});
-  cls.method("echo", &HostProbe::echo, {"x"});
-  cls.method("sleep_ms", &HostProbe::sleep_ms, {"ms"});
-  cls.method("say", &HostProbe::say, {"text"});
-  cls.method("rendezvous", &HostProbe::rendezvous, {});
-}
+using troupe_test::getenv_of;
 
 constexpr auto kDeadline = 30s;
 

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "host_probe.h"
 #include "troupe/troupe.h"
 
 namespace {
@@ -30,74 +31,7 @@ using troupe::Array;
 using troupe::Map;
 using troupe::Value;
 
-std::optional<std::string> getenv_of(const std::string& name) {
-  const char* v = std::getenv(name.c_str());
-  if (!v) return std::nullopt;
-  return std::string(v);
-}
-
-// SlurmProbe(): a worker that reports where it runs.
-//   env(name) -> getenv(name) or nil
-//   echo(x) -> {"rank": RANK, "x": x}
-//   rendezvous() -> "ok": rank 0 listens on MASTER_PORT (all addresses) and takes one byte from
-//                   each other rank, which connects to MASTER_ADDR:MASTER_PORT (as
-//                   torch.distributed's TCPStore does); anything else is the failure text
-class SlurmProbe {
- public:
-  std::optional<std::string> env(std::string name) { return getenv_of(name); }
-  Value echo(Value x) {
-    return Map{{"rank", std::atoi(getenv_of("RANK").value_or("-1").c_str())}, {"x", std::move(x)}};
-  }
-  std::string rendezvous() {
-    int rank = std::atoi(getenv_of("RANK").value_or("-1").c_str());
-    int world = std::atoi(getenv_of("WORLD_SIZE").value_or("0").c_str());
-    int port = std::atoi(getenv_of("MASTER_PORT").value_or("0").c_str());
-    std::string master = getenv_of("MASTER_ADDR").value_or("");
-    auto deadline = std::chrono::steady_clock::now() + 20s;
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (rank == 0) {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-          ::listen(fd, 16) != 0) {
-        ::close(fd);
-        return "rank 0 cannot listen on port " + std::to_string(port);
-      }
-      for (int got = 0; got < world - 1; ++got) {
-        int c = ::accept(fd, nullptr, nullptr);
-        char b = 0;
-        if (c < 0 || ::read(c, &b, 1) != 1) {
-          ::close(fd);
-          return "rank 0: accept/read failed after " + std::to_string(got) + " peers";
-        }
-        ::close(c);
-      }
-      ::close(fd);
-      return "ok";
-    }
-    ::inet_pton(AF_INET, master.c_str(), &addr.sin_addr);
-    while (std::chrono::steady_clock::now() < deadline) {
-      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-        char b = static_cast<char>(rank);
-        bool sent = ::write(fd, &b, 1) == 1;
-        ::close(fd);
-        return sent ? "ok" : "write failed";
-      }
-      ::close(fd);
-      std::this_thread::sleep_for(50ms);  // rank 0 is not listening yet
-    }
-    return "rank " + std::to_string(rank) + " could not reach " + master + ":" +
-           std::to_string(port);
-  }
-};
-
-TROUPE_WORKER_CLASS(SlurmProbe, cls) {
-  cls.method("env", &SlurmProbe::env, {"name"});
-  cls.method("echo", &SlurmProbe::echo, {"x"});
-  cls.method("rendezvous", &SlurmProbe::rendezvous, {});
-}
+using troupe_test::getenv_of;
 
 constexpr auto kDeadline = 30s;
 
@@ -154,7 +88,7 @@ TEST_F(SlurmDriver, ShardedDispatchOnTwoNodes) {
 
   troupe::VirtualCluster vc(cluster, bundles_per_node(2, /*gpus=*/true));
   troupe::WorkerGroup group(
-      vc, troupe::WorkerBuilder("SlurmProbe"),
+      vc, troupe::WorkerBuilder("HostProbe"),
       group_options("sl", troupe::NamedSharding::from_shape({"dp", "tp"}, {2, 2})));
   EXPECT_EQ(env_of(group, "RANK"), (std::vector<Value>{"0", "1", "2", "3"}));
   EXPECT_EQ(env_of(group, "WORLD_SIZE"), (std::vector<Value>{"4", "4", "4", "4"}));
@@ -188,7 +122,7 @@ TEST_F(SlurmDriver, HoldUntilCancelled) {
   ASSERT_FALSE(path.empty());
   troupe::Cluster cluster(troupe::ClusterOptions::local(1));
   troupe::VirtualCluster vc(cluster, bundles_per_node(1, /*gpus=*/false));
-  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("SlurmProbe"), group_options("held"));
+  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("HostProbe"), group_options("held"));
   std::string pids = std::to_string(::getpid()) + "\n";
   for (const auto& w : group.workers()) pids += std::to_string(w.pid()) + "\n";
   {
@@ -209,7 +143,7 @@ TEST_F(SlurmDriver, MasterPortRendezvous) {
   ASSERT_FALSE(mine.empty() || peer.empty()) << "set PORT_FILE and PEER_PORT_FILE";
   troupe::Cluster cluster(troupe::ClusterOptions::local(1));
   troupe::VirtualCluster vc(cluster, bundles_per_node(1, /*gpus=*/true));
-  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("SlurmProbe"), group_options("mp"));
+  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("HostProbe"), group_options("mp"));
   auto port = env_of(group, "MASTER_PORT");
   auto cuda = env_of(group, "CUDA_VISIBLE_DEVICES");
   ASSERT_EQ(port.size(), 2u);
