@@ -1,57 +1,16 @@
-// The worker side of Python classes: a class resolver for "pkg.module.Class" names and the
-// executor that runs their constructor and methods on one method thread (never the worker's I/O
-// thread, so the worker keeps answering while Python code holds the GIL).
+// The worker side of Python classes: a class resolver for "pkg.module.Class" names. Their
+// constructor and methods run on the worker's method thread (ClassInfo::method_thread), never
+// on its I/O thread, so the worker keeps answering while Python code holds the GIL.
 #include "worker_host.h"
 
 #include <pybind11/stl.h>
 
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <map>
-#include <mutex>
-#include <thread>
 
 #include "values.h"
 
 namespace troupe::py {
 namespace {
-
-// One thread that runs tasks in order. The thread holds no GIL while it waits.
-class MethodThread {
- public:
-  MethodThread() : thread_([this] { run(); }) { thread_.detach(); }
-  void post(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void run() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return !tasks_.empty(); });
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  std::thread thread_;
-};
-
-MethodThread& method_thread() {
-  static auto* t = new MethodThread();  // lives until the process exits
-  return *t;
-}
 
 // Turns the pending Python exception into an Error carrying its type, message and traceback.
 [[noreturn]] void throw_python_error(pyb::error_already_set& e, ErrorCode code) {
@@ -153,7 +112,7 @@ std::optional<detail::ClassInfo> resolve(const std::string& name) {
   }
   detail::ClassInfo info;
   info.name = name;
-  info.executor = [](std::function<void()> task) { method_thread().post(std::move(task)); };
+  info.method_thread = true;          // the worker's method thread (see src/worker/method_loop.h)
   auto* held = new pyb::object(cls);  // never released: the registry outlives the interpreter
   info.construct = [held](const Map& kwargs, const std::string& where) -> std::shared_ptr<void> {
     pyb::gil_scoped_acquire gil;
