@@ -65,8 +65,21 @@ std::pair<pyb::tuple, pyb::dict> split_args(const Map& kwargs) {
   return {args, kw};
 }
 
+// The GIL for the method thread, whose Python thread state is made once and kept (pybind11
+// otherwise creates and deletes one per acquisition on a thread that Python did not start).
+class MethodThreadGil {
+ public:
+  MethodThreadGil() {
+    static thread_local bool kept = (gil_.inc_ref(), true);
+    (void)kept;
+  }
+
+ private:
+  pyb::gil_scoped_acquire gil_;
+};
+
 Value call_method(void* object, const std::string& name, const Map& kwargs, StreamWriter* stream) {
-  pyb::gil_scoped_acquire gil;
+  MethodThreadGil gil;
   try {
     pyb::object self = *static_cast<pyb::object*>(object);
     pyb::object fn = self.attr(name.c_str());
@@ -115,7 +128,7 @@ std::optional<detail::ClassInfo> resolve(const std::string& name) {
   info.method_thread = true;          // the worker's method thread (see src/worker/method_loop.h)
   auto* held = new pyb::object(cls);  // never released: the registry outlives the interpreter
   info.construct = [held](const Map& kwargs, const std::string& where) -> std::shared_ptr<void> {
-    pyb::gil_scoped_acquire gil;
+    MethodThreadGil gil;
     try {
       auto [args, kw] = split_args(kwargs);
       return own((*held)(*args, **kw));
