@@ -81,6 +81,14 @@ struct MethodInfo {
   std::function<Value(void* object, const Map& kwargs, const std::string& where,
                       StreamWriter* stream)>
       invoke;
+  // Set for methods that finish later (Python `async def` methods): starts the call and returns
+  // at once, so that the next call can start while this one waits; `done` is then called exactly
+  // once, from any thread, with the result or with the Error that invoke would have thrown.
+  // When set, the worker calls it instead of invoke.
+  std::function<void(
+      void* object, const Map& kwargs, const std::string& where,
+      std::function<void(std::optional<Value> result, std::optional<Error> error)> done)>
+      start;
 };
 
 struct ClassInfo {

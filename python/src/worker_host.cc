@@ -5,6 +5,7 @@
 
 #include <pybind11/stl.h>
 
+#include <functional>
 #include <map>
 
 #include "values.h"
@@ -113,6 +114,39 @@ Value call_method(void* object, const std::string& name, const Map& kwargs, Stre
   }
 }
 
+using Done = std::function<void(std::optional<Value> result, std::optional<Error> error)>;
+
+// Starts an `async def` method on the worker's event loop (troupe._worker.start_coroutine) and
+// returns without waiting for it, so that coroutine methods overlap. `done` runs once, on the
+// event loop's thread with the GIL, when the coroutine finished. Errors in starting it throw.
+void start_method(void* object, const std::string& name, const Map& kwargs, Done done) {
+  MethodThreadGil gil;
+  try {
+    pyb::object self = *static_cast<pyb::object*>(object);
+    auto [args, kw] = split_args(kwargs);
+    pyb::object coro = self.attr(name.c_str())(*args, **kw);
+    pyb::cpp_function on_done([done = std::move(done), name](pyb::object future) {
+      std::optional<Value> result;
+      std::optional<Error> error;
+      try {
+        result = to_value(future.attr("result")(), "result of method '" + name + "'");
+      } catch (pyb::error_already_set& e) {
+        try {
+          throw_python_error(e, ErrorCode::kMethodFailed);
+        } catch (const Error& made) {
+          error = made;
+        }
+      } catch (const Error& e) {
+        error = e;
+      }
+      done(std::move(result), std::move(error));
+    });
+    pyb::module_::import("troupe._worker").attr("start_coroutine")(coro, on_done);
+  } catch (pyb::error_already_set& e) {
+    throw_python_error(e, ErrorCode::kMethodFailed);
+  }
+}
+
 std::optional<detail::ClassInfo> resolve(const std::string& name) {
   auto dot = name.rfind('.');
   if (dot == std::string::npos) return std::nullopt;
@@ -154,6 +188,10 @@ std::optional<detail::ClassInfo> resolve(const std::string& name) {
                              StreamWriter* stream) {
       return call_method(object, method_name, kwargs, stream);
     };
+    if (t.size() > 3 && t[3].cast<bool>())  // async def
+      m.start = [method_name](void* object, const Map& kwargs, const std::string&, Done done) {
+        start_method(object, method_name, kwargs, std::move(done));
+      };
     info.methods[m.name] = std::move(m);
   }
   return info;

@@ -76,21 +76,34 @@ class WorkerServer {
                 responder] { run_method(object, *method, kwargs, where, responder); });
   }
 
+  // The error a call fails with when its method failed with `e`.
+  static Error failure(const Error& e, const std::string& where) {
+    return e.code() == ErrorCode::kInvalidArgument
+               ? e
+               : Error(ErrorCode::kMethodFailed, where + " failed: " + e.message());
+  }
+
   // Runs one method call and replies; on the I/O thread or the method thread.
   static void run_method(const std::shared_ptr<void>& object, const detail::MethodInfo& method,
                          const Map& kwargs, const std::string& where,
                          const transport::Responder& responder) {
     try {
-      if (method.streaming) {
+      if (method.start) {  // replies when done, from whichever thread finishes it
+        method.start(object.get(), kwargs, where,
+                     [where, responder](std::optional<Value> result, std::optional<Error> error) {
+                       if (error)
+                         responder.fail(failure(*error, where));
+                       else
+                         responder.reply(result ? *result : Value());
+                     });
+      } else if (method.streaming) {
         StreamWriter stream([&responder](Value item) { responder.stream_item(item); });
         responder.reply(method.invoke(object.get(), kwargs, where, &stream));
       } else {
         responder.reply(method.invoke(object.get(), kwargs, where, nullptr));
       }
     } catch (const Error& e) {
-      responder.fail(e.code() == ErrorCode::kInvalidArgument
-                         ? e
-                         : Error(ErrorCode::kMethodFailed, where + " failed: " + e.message()));
+      responder.fail(failure(e, where));
     } catch (const std::exception& e) {
       responder.fail(Error(ErrorCode::kMethodFailed,
                            where + " threw " + current_exception_type() + ": " + e.what()));
