@@ -39,7 +39,9 @@ std::string current_exception_type() {
   return out;
 }
 
-// The object this worker hosts and the dispatch of calls to it. I/O thread only.
+// The object this worker hosts and the dispatch of calls to it. Runs in I/O handlers only, on
+// whichever thread runs the io_context at the time (the I/O or the method thread, never both:
+// ML-1).
 class WorkerServer {
  public:
   WorkerServer(asio::io_context& io, MethodLoop& loop, std::string name)
