@@ -81,6 +81,14 @@ struct MethodInfo {
   std::function<Value(void* object, const Map& kwargs, const std::string& where,
                       StreamWriter* stream)>
       invoke;
+  // Set for methods that finish later (Python `async def` methods): starts the call and returns
+  // at once, so that the next call can start while this one waits; `done` is then called exactly
+  // once, from any thread, with the result or with the Error that invoke would have thrown.
+  // When set, the worker calls it instead of invoke.
+  std::function<void(
+      void* object, const Map& kwargs, const std::string& where,
+      std::function<void(std::optional<Value> result, std::optional<Error> error)> done)>
+      start;
 };
 
 struct ClassInfo {
@@ -90,11 +98,12 @@ struct ClassInfo {
   std::vector<std::string> ctor_params;
   std::function<std::shared_ptr<void>(const Map& kwargs, const std::string& where)> construct;
   std::map<std::string, MethodInfo> methods;
-  // Where the constructor and the methods run. Null: inline, on the worker's I/O thread. Set
-  // (e.g. for Python classes, whose code holds the GIL): the worker hands each of them to the
-  // executor as a task, in arrival order, and never waits for it on the I/O thread, so that the
-  // worker keeps answering while a method runs. The task replies itself (from any thread).
-  std::function<void(std::function<void()> task)> executor;
+  // Where the constructor and the methods run. False: inline, on the worker's I/O thread. True
+  // (e.g. for Python classes, whose code holds the GIL): on the worker's method thread, one at a
+  // time in arrival order, never inside an I/O handler, so that the worker keeps answering
+  // (ping, stop, SIGTERM) while a method runs; the method thread serves the worker's I/O itself
+  // while it has nothing to run (src/worker/method_loop.h).
+  bool method_thread = false;
 };
 
 // The process-wide class registry. register_class aborts on a duplicate name (a programming

@@ -1,57 +1,17 @@
-// The worker side of Python classes: a class resolver for "pkg.module.Class" names and the
-// executor that runs their constructor and methods on one method thread (never the worker's I/O
-// thread, so the worker keeps answering while Python code holds the GIL).
+// The worker side of Python classes: a class resolver for "pkg.module.Class" names. Their
+// constructor and methods run on the worker's method thread (ClassInfo::method_thread), never
+// on its I/O thread, so the worker keeps answering while Python code holds the GIL.
 #include "worker_host.h"
 
 #include <pybind11/stl.h>
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <map>
-#include <mutex>
-#include <thread>
 
 #include "values.h"
 
 namespace troupe::py {
 namespace {
-
-// One thread that runs tasks in order. The thread holds no GIL while it waits.
-class MethodThread {
- public:
-  MethodThread() : thread_([this] { run(); }) { thread_.detach(); }
-  void post(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    cv_.notify_one();
-  }
-
- private:
-  void run() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return !tasks_.empty(); });
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  std::thread thread_;
-};
-
-MethodThread& method_thread() {
-  static auto* t = new MethodThread();  // lives until the process exits
-  return *t;
-}
 
 // Turns the pending Python exception into an Error carrying its type, message and traceback.
 [[noreturn]] void throw_python_error(pyb::error_already_set& e, ErrorCode code) {
@@ -106,8 +66,21 @@ std::pair<pyb::tuple, pyb::dict> split_args(const Map& kwargs) {
   return {args, kw};
 }
 
+// The GIL for the method thread, whose Python thread state is made once and kept (pybind11
+// otherwise creates and deletes one per acquisition on a thread that Python did not start).
+class MethodThreadGil {
+ public:
+  MethodThreadGil() {
+    static thread_local bool kept = (gil_.inc_ref(), true);
+    (void)kept;
+  }
+
+ private:
+  pyb::gil_scoped_acquire gil_;
+};
+
 Value call_method(void* object, const std::string& name, const Map& kwargs, StreamWriter* stream) {
-  pyb::gil_scoped_acquire gil;
+  MethodThreadGil gil;
   try {
     pyb::object self = *static_cast<pyb::object*>(object);
     pyb::object fn = self.attr(name.c_str());
@@ -141,6 +114,39 @@ Value call_method(void* object, const std::string& name, const Map& kwargs, Stre
   }
 }
 
+using Done = std::function<void(std::optional<Value> result, std::optional<Error> error)>;
+
+// Starts an `async def` method on the worker's event loop (troupe._worker.start_coroutine) and
+// returns without waiting for it, so that coroutine methods overlap. `done` runs once, on the
+// event loop's thread with the GIL, when the coroutine finished. Errors in starting it throw.
+void start_method(void* object, const std::string& name, const Map& kwargs, Done done) {
+  MethodThreadGil gil;
+  try {
+    pyb::object self = *static_cast<pyb::object*>(object);
+    auto [args, kw] = split_args(kwargs);
+    pyb::object coro = self.attr(name.c_str())(*args, **kw);
+    pyb::cpp_function on_done([done = std::move(done), name](pyb::object future) {
+      std::optional<Value> result;
+      std::optional<Error> error;
+      try {
+        result = to_value(future.attr("result")(), "result of method '" + name + "'");
+      } catch (pyb::error_already_set& e) {
+        try {
+          throw_python_error(e, ErrorCode::kMethodFailed);
+        } catch (const Error& made) {
+          error = made;
+        }
+      } catch (const Error& e) {
+        error = e;
+      }
+      done(std::move(result), std::move(error));
+    });
+    pyb::module_::import("troupe._worker").attr("start_coroutine")(coro, on_done);
+  } catch (pyb::error_already_set& e) {
+    throw_python_error(e, ErrorCode::kMethodFailed);
+  }
+}
+
 std::optional<detail::ClassInfo> resolve(const std::string& name) {
   auto dot = name.rfind('.');
   if (dot == std::string::npos) return std::nullopt;
@@ -153,10 +159,10 @@ std::optional<detail::ClassInfo> resolve(const std::string& name) {
   }
   detail::ClassInfo info;
   info.name = name;
-  info.executor = [](std::function<void()> task) { method_thread().post(std::move(task)); };
+  info.method_thread = true;          // the worker's method thread (see src/worker/method_loop.h)
   auto* held = new pyb::object(cls);  // never released: the registry outlives the interpreter
   info.construct = [held](const Map& kwargs, const std::string& where) -> std::shared_ptr<void> {
-    pyb::gil_scoped_acquire gil;
+    MethodThreadGil gil;
     try {
       auto [args, kw] = split_args(kwargs);
       return own((*held)(*args, **kw));
@@ -182,6 +188,10 @@ std::optional<detail::ClassInfo> resolve(const std::string& name) {
                              StreamWriter* stream) {
       return call_method(object, method_name, kwargs, stream);
     };
+    if (t.size() > 3 && t[3].cast<bool>())  // async def
+      m.start = [method_name](void* object, const Map& kwargs, const std::string&, Done done) {
+        start_method(object, method_name, kwargs, std::move(done));
+      };
     info.methods[m.name] = std::move(m);
   }
   return info;

@@ -1,5 +1,7 @@
 """Values: native types, attachments (zero-copy NumPy/torch), pickling and its errors."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -79,6 +81,21 @@ def test_other_objects_are_pickled(echo):
 def test_unpicklable_argument_is_named(echo):
     with pytest.raises(troupe.InvalidArgumentError, match=r"argument 'value'.*cannot be pickled"):
         echo.call("echo", value=lambda: 1)
+
+
+def test_async_methods_overlap(echo):
+    # The method thread starts a coroutine method and goes on (troupe._worker.start_coroutine):
+    # four naps of 0.5 s end together, and a plain method answers meanwhile.
+    start = time.monotonic()
+    naps = [echo.call("nap", 0.5) for _ in range(4)]
+    assert echo.call("echo", "meanwhile").result(T) == "meanwhile"
+    assert time.monotonic() - start < 0.4
+    assert troupe.gather(naps, timeout=T) == [0.5] * 4
+    assert time.monotonic() - start < 1.5  # one after the other: 2 s
+    with pytest.raises(troupe.MethodFailedError, match=r"ValueError: late"):
+        echo.call("fail_later", "late").result(T)
+    with pytest.raises(troupe.MethodFailedError, match="TypeError"):  # as for a plain method
+        echo.call("nap", 0.1, 0.2, 0.3).result(T)
 
 
 def test_async_and_generator_methods(echo):

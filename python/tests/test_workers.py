@@ -125,6 +125,23 @@ def test_worker_answers_while_python_holds_the_gil():
             busy.result(T)
 
 
+def test_worker_answers_pings_while_a_method_holds_the_gil():
+    # The method thread serves the worker's I/O while idle (ML-2 in src/worker/method_loop.h);
+    # while a method holds the GIL the I/O thread takes the I/O over (ML-3) and answers at once.
+    with troupe.Cluster(1, num_cpus_per_host=2) as cluster:
+        w = cluster.start_worker("workers.Echo")
+        w.ready().result(T)
+        for _ in range(3):  # the hand-over works every time, not once
+            busy = w.call("spin", 2.0)
+            time.sleep(0.1)
+            start = time.monotonic()
+            assert w.call("__ping__").result(T)["pid"] == w.pid
+            assert time.monotonic() - start < 1.0
+            assert not busy.done()
+            assert busy.result(T) > 0
+            assert w.call("echo", "after").result(T) == "after"
+
+
 def test_help_is_useful():
     assert "sharded" in troupe.WorkerGroup.run_all_workers_sharded_data.__doc__
     for name in troupe.__all__:

@@ -69,6 +69,14 @@ class Echo:
         await asyncio.sleep(0.01)
         return a + b
 
+    async def nap(self, seconds):
+        await asyncio.sleep(seconds)
+        return seconds
+
+    async def fail_later(self, message):
+        await asyncio.sleep(0.01)
+        raise ValueError(message)
+
     def count(self, n):
         for i in range(n):
             yield i * i

@@ -1,9 +1,10 @@
 """The worker side of Python classes (used by troupe._core in a worker process).
 
 A Python worker is ``python -m troupe._role`` with TROUPE_ROLE=worker: the C++ worker runtime
-serves calls on its I/O thread and hands the class's constructor and methods to one method
-thread. Coroutine methods (``async def``) run on this module's event loop, on a thread of its
-own, so that they can await other coroutines; generator methods stream their items.
+serves calls and runs the class's constructor and methods on one method thread. Coroutine
+methods (``async def``) run on this module's event loop, on a thread of its own: the method
+thread starts them and goes on, so that they overlap and can await other coroutines; each replies
+when it finishes. Generator methods stream their items.
 """
 
 import asyncio
@@ -28,9 +29,16 @@ def run_coroutine(coro):
     return asyncio.run_coroutine_threadsafe(coro, _event_loop()).result()
 
 
+def start_coroutine(coro, on_done):
+    """Schedules `coro` on the worker's event loop and returns at once; ``on_done(future)`` runs
+    on the loop's thread once it finished (its ``result()`` is the value or raises)."""
+    asyncio.run_coroutine_threadsafe(coro, _event_loop()).add_done_callback(on_done)
+
+
 def public_methods(cls):
-    """[(name, parameter names, is_generator)] of the methods a driver may call: every public
-    callable attribute of `cls` (names not starting with "_"), classmethods excluded."""
+    """[(name, parameter names, is_generator, is_coroutine)] of the methods a driver may call:
+    every public callable attribute of `cls` (names not starting with "_"), classmethods
+    excluded."""
     out = []
     for name in dir(cls):
         if name.startswith("_") or name == "configure_worker":
@@ -47,5 +55,6 @@ def public_methods(cls):
                 params = list(inspect.signature(fn).parameters)
         except (TypeError, ValueError):
             params = []
-        out.append((name, params, inspect.isgeneratorfunction(fn)))
+        is_generator = inspect.isgeneratorfunction(fn)
+        out.append((name, params, is_generator, inspect.iscoroutinefunction(fn)))
     return out

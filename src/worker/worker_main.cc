@@ -17,6 +17,7 @@
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
 #include "troupe/worker_class.h"
+#include "worker/method_loop.h"
 #include "worker/worker_env.h"
 
 namespace troupe::worker {
@@ -38,10 +39,13 @@ std::string current_exception_type() {
   return out;
 }
 
-// The object this worker hosts and the dispatch of calls to it. I/O thread only.
+// The object this worker hosts and the dispatch of calls to it. Runs in I/O handlers only, on
+// whichever thread runs the io_context at the time (the I/O or the method thread, never both:
+// ML-1).
 class WorkerServer {
  public:
-  WorkerServer(asio::io_context& io, std::string name) : io_(io), name_(std::move(name)) {}
+  WorkerServer(asio::io_context& io, MethodLoop& loop, std::string name)
+      : io_(io), loop_(loop), name_(std::move(name)) {}
 
   void handle(wire::Request&& request, const transport::Responder& responder) {
     const std::string& m = request.method;
@@ -68,26 +72,40 @@ class WorkerServer {
       return;
     }
     std::string where = "method '" + m + "' of worker '" + name_ + "' (class " + class_->name + ")";
-    if (!class_->executor) return run_method(object_, it->second, request.kwargs, where, responder);
-    class_->executor([object = object_, method = &it->second, kwargs = std::move(request.kwargs),
-                      where, responder] { run_method(object, *method, kwargs, where, responder); });
+    if (!class_->method_thread)
+      return run_method(object_, it->second, request.kwargs, where, responder);
+    loop_.post([object = object_, method = &it->second, kwargs = std::move(request.kwargs), where,
+                responder] { run_method(object, *method, kwargs, where, responder); });
   }
 
-  // Runs one method call and replies; on the I/O thread or the class's executor.
+  // The error a call fails with when its method failed with `e`.
+  static Error failure(const Error& e, const std::string& where) {
+    return e.code() == ErrorCode::kInvalidArgument
+               ? e
+               : Error(ErrorCode::kMethodFailed, where + " failed: " + e.message());
+  }
+
+  // Runs one method call and replies; on the I/O thread or the method thread.
   static void run_method(const std::shared_ptr<void>& object, const detail::MethodInfo& method,
                          const Map& kwargs, const std::string& where,
                          const transport::Responder& responder) {
     try {
-      if (method.streaming) {
+      if (method.start) {  // replies when done, from whichever thread finishes it
+        method.start(object.get(), kwargs, where,
+                     [where, responder](std::optional<Value> result, std::optional<Error> error) {
+                       if (error)
+                         responder.fail(failure(*error, where));
+                       else
+                         responder.reply(result ? *result : Value());
+                     });
+      } else if (method.streaming) {
         StreamWriter stream([&responder](Value item) { responder.stream_item(item); });
         responder.reply(method.invoke(object.get(), kwargs, where, &stream));
       } else {
         responder.reply(method.invoke(object.get(), kwargs, where, nullptr));
       }
     } catch (const Error& e) {
-      responder.fail(e.code() == ErrorCode::kInvalidArgument
-                         ? e
-                         : Error(ErrorCode::kMethodFailed, where + " failed: " + e.message()));
+      responder.fail(failure(e, where));
     } catch (const std::exception& e) {
       responder.fail(Error(ErrorCode::kMethodFailed,
                            where + " threw " + current_exception_type() + ": " + e.what()));
@@ -146,8 +164,8 @@ class WorkerServer {
       return responder.fail(*init_error_);
     }
     constructing_ = true;
-    if (!info->executor) return finish_construct(info, args->as_map(), where, responder);
-    info->executor([this, info, kwargs = args->as_map(), where, responder] {
+    if (!info->method_thread) return finish_construct(info, args->as_map(), where, responder);
+    loop_.post([this, info, kwargs = args->as_map(), where, responder] {
       auto [object, error] = try_construct(info, kwargs, where);
       asio::post(io_, [this, info, object = std::move(object), error = std::move(error),
                        responder]() mutable {
@@ -201,12 +219,13 @@ class WorkerServer {
   }
 
   asio::io_context& io_;
+  MethodLoop& loop_;
   std::string name_;
   const detail::ClassInfo* class_ = nullptr;
   std::shared_ptr<void> object_;
   std::optional<Error> init_error_;
   bool constructing_ = false;
-  // Calls that arrived while the constructor ran on the class's executor, in arrival order.
+  // Calls that arrived while the constructor ran on the method thread, in arrival order.
   std::vector<std::pair<wire::Request, transport::Responder>> waiting_;
 };
 
@@ -229,7 +248,10 @@ int run_worker_main() {
     return 2;
   }
   asio::io_context io(1);
-  WorkerServer server(io, name);
+  // Never destroyed: its method thread may still run a task (and hold Python objects) when this
+  // returns; the process exits right after.
+  auto* loop = new MethodLoop(io);
+  WorkerServer server(io, *loop, name);
   std::vector<std::weak_ptr<transport::RpcPeer>> peers;
   auto on_connection = [&server, &peers](std::shared_ptr<transport::Connection> conn) {
     transport::RpcPeer::Handlers h;
@@ -264,7 +286,7 @@ int run_worker_main() {
   signals.async_wait([&io](const asio::error_code& ec, int) {
     if (!ec) io.stop();
   });
-  io.run();
+  loop->run_io();  // ML-4: returns once the io_context stopped and the method thread let go
   // Close every connection and let the closes run, so that no connection outlives the loop.
   for (auto& l : listeners) l->close();
   for (auto& weak : peers)
