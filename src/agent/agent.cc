@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include "agent/fork_server.h"
 #include "agent/gpu_probe.h"
 #include "agent/port_book.h"
 #include "agent/worker_process.h"
@@ -91,6 +92,9 @@ class Agent {
       TROUPE_LOG(Error) << e.message();
       return 3;
     }
+    // Embedded agents start their fork server now (its exec overlaps the cluster's start-up);
+    // a standing one on the first worker of its own executable (drivers usually send theirs).
+    if (config_.fork_server && !config_.standing) fork_server_for(env::self_executable());
     signals_.add(SIGCHLD);
     signals_.add(SIGTERM);
     signals_.add(SIGINT);
@@ -104,6 +108,7 @@ class Agent {
       if (auto c = weak.lock()) c->close(Error(ErrorCode::kShutdown, "agent exiting"));
     io_.restart();
     io_.poll();
+    fork_server_.reset();  // FS-5: it exits on its socket's EOF; waited for
     remove_sockets();
     return exit_code_;
   }
@@ -273,6 +278,15 @@ class Agent {
     }
   }
 
+  // The fork server of `executable`, started on first use; null when none serves it (only the
+  // agent's own executable, which enters fork-server mode through troupe::init, can).
+  ForkServer* fork_server_for(const std::string& executable) {
+    if (!config_.fork_server || executable != env::self_executable()) return nullptr;
+    if (!fork_server_)
+      fork_server_ = std::make_unique<ForkServer>(executable, env::to_strings(env::current()));
+    return fork_server_->usable() ? fork_server_.get() : nullptr;
+  }
+
   std::vector<int> choose_gpus(const control::StartWorker& request) {
     std::vector<int> gpus = request.gpus;
     for (int g : gpus) {
@@ -346,6 +360,8 @@ class Agent {
     vars.erase("TROUPE_TOKEN");  // the token goes through a pipe (WorkerLaunch::token)
     launch.token = config_.token;
     launch.env = env::to_strings(vars);
+    if (launch.wrapper.empty() && launch.args.empty())
+      launch.fork_server = fork_server_for(launch.executable);
 
     auto proc = std::make_shared<WorkerProcess>(io_, launch);
     auto timeout = std::chrono::milliseconds(request.start_timeout_ms);
@@ -433,7 +449,8 @@ class Agent {
                         {"pid", static_cast<int64_t>(w.process->pid())},
                         {"alive", !w.process->exited()},
                         {"group", env_of(w.process->launch(), "TROUPE_WORKER_GROUP")},
-                        {"rank", env_of(w.process->launch(), "RANK")}});
+                        {"rank", env_of(w.process->launch(), "RANK")},
+                        {"launch", w.process->from_fork_server() ? "fork_server" : "exec"}});
     for (const auto& e : exits_)
       out.push_back(Map{{"name", e.name}, {"pid", static_cast<int64_t>(e.pid)}, {"alive", false}});
     resp.reply(std::move(out));
@@ -473,7 +490,10 @@ class Agent {
       if (proc) process::kill_group(pid, SIGKILL);
       int status = 0;
       if (::waitpid(pid, &status, 0) != pid) return;
-      if (proc) proc->on_reaped(status);  // may erase it from workers_
+      if (proc)
+        proc->on_reaped(status);  // may erase it from workers_
+      else if (fork_server_)
+        fork_server_->on_reaped(pid);
     }
   }
 
@@ -536,6 +556,7 @@ class Agent {
   std::deque<Exit> exits_;                        // the last kExitsKept exits, oldest first
   fs::UniqueFd logs_dir_;
   PortBook ports_;
+  std::unique_ptr<ForkServer> fork_server_;  // of the agent's own executable; see fork_server.h
   int next_socket_ = 0;
   bool shutting_down_ = false;
   bool registered_once_ = false;
@@ -561,6 +582,7 @@ AgentConfig config_from_environment() {
   c.socket_dir = env::get_or(agent_env::kSocketDir, c.session_dir + "/sockets");
   c.token = token::from_environment();
   c.log_to_terminal = env::get_or(agent_env::kLogToTerminal, "1") != "0";
+  c.fork_server = env::get_or(agent_env::kForkServer, "1") != "0";
   return c;
 }
 

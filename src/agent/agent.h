@@ -7,7 +7,9 @@
 //   stop_worker  {name, grace_ms}            -> {status}   (after the process is reaped; for a
 //                                               worker that already exited, how it ended, as
 //                                               long as it is among the last kExitsKept exits)
-//   list_workers {}                          -> [{name, pid, alive}]  (running, then recent exits)
+//   list_workers {}                          -> [{name, pid, alive, group, rank, launch}] (running;
+//                                               launch: "fork_server" or "exec"), then recent
+//                                               exits [{name, pid, alive}]
 //   reserve_ports {owner, count, lo, hi}     -> [port]   (see port_book.h)
 //   release_ports {owner}                    -> count
 //   (start_worker also takes take_ports: [port], released to the worker just before it starts)
@@ -65,6 +67,9 @@ struct AgentConfig {
   // Heartbeats on the head's and every client's connection (transport RPC-HB); 0: none.
   std::chrono::milliseconds heartbeat_interval{0};
   std::chrono::milliseconds heartbeat_timeout{0};
+  // Start workers of the agent's own executable through a fork server (fork_server.h); other
+  // executables, wrapped workers and workers with arguments are exec'd either way.
+  bool fork_server = true;
 };
 
 // Reads the configuration that the driver (or `troupe start`) put in the environment.
@@ -84,6 +89,7 @@ constexpr const char* kHead = "TROUPE_HEAD";
 constexpr const char* kSessionDir = "TROUPE_SESSION_DIR";
 constexpr const char* kSocketDir = "TROUPE_SOCKET_DIR";
 constexpr const char* kLogToTerminal = "TROUPE_LOG_TO_DRIVER";  // "0" turns it off
+constexpr const char* kForkServer = "TROUPE_FORK_SERVER";       // "0" turns it off
 }  // namespace agent_env
 
 }  // namespace troupe::agent

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "agent/fork_server.h"
 #include "common/log.h"
 #include "troupe/error.h"
 
@@ -53,31 +54,52 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
     for (int fd : {out[0], out[1], err[0], err[1], ready[0], ready[1], token[0]}) ::close(fd);
     throw Error(ErrorCode::kInternal, "cannot pass the token to worker '" + launch_.name + "'");
   }
-  process::SpawnOptions opts;
-  if (launch_.wrapper.empty()) {
-    opts.executable = launch_.executable;
-    opts.args = launch_.args;
+  std::optional<pid_t> forked;
+  if (launch_.fork_server && launch_.wrapper.empty() && launch_.args.empty() &&
+      launch_.executable == launch_.fork_server->executable()) {
+    ForkServer::Request req;
+    req.env = launch_.env;
+    req.env.push_back("TROUPE_READY_FD=3");  // the descriptors' numbers in the worker (FS-2)
+    req.env.push_back("TROUPE_TOKEN_FD=4");
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof(cwd))) req.cwd = cwd;
+    req.stdout_fd = out[1];
+    req.stderr_fd = err[1];
+    req.ready_fd = ready[1];
+    req.token_fd = token[0];
+    forked = launch_.fork_server->spawn(req);  // nullopt: exec below
+  }
+  if (forked) {
+    pid_ = *forked;
+    from_fork_server_ = true;
   } else {
-    opts.executable = launch_.wrapper.front();
-    opts.args.assign(launch_.wrapper.begin() + 1, launch_.wrapper.end());
-    opts.args.push_back(launch_.executable);
-    opts.args.insert(opts.args.end(), launch_.args.begin(), launch_.args.end());
+    process::SpawnOptions opts;
+    if (launch_.wrapper.empty()) {
+      opts.executable = launch_.executable;
+      opts.args = launch_.args;
+    } else {
+      opts.executable = launch_.wrapper.front();
+      opts.args.assign(launch_.wrapper.begin() + 1, launch_.wrapper.end());
+      opts.args.push_back(launch_.executable);
+      opts.args.insert(opts.args.end(), launch_.args.begin(), launch_.args.end());
+    }
+    opts.env = launch_.env;
+    opts.env.push_back("TROUPE_READY_FD=" + std::to_string(ready[1]));
+    opts.env.push_back("TROUPE_TOKEN_FD=" + std::to_string(token[0]));
+    opts.stdout_fd = out[1];
+    opts.stderr_fd = err[1];
+    opts.inherit_fds = {ready[1], token[0]};
+    opts.new_process_group = true;
+    opts.parent_death_signal = SIGKILL;
+    try {
+      pid_ = process::spawn(opts);
+    } catch (...) {
+      for (int fd : {out[0], out[1], err[0], err[1], ready[0], ready[1], token[0]}) ::close(fd);
+      throw;
+    }
   }
-  opts.env = launch_.env;
-  opts.env.push_back("TROUPE_READY_FD=" + std::to_string(ready[1]));
-  opts.env.push_back("TROUPE_TOKEN_FD=" + std::to_string(token[0]));
-  opts.stdout_fd = out[1];
-  opts.stderr_fd = err[1];
-  opts.inherit_fds = {ready[1], token[0]};
-  opts.new_process_group = true;
-  opts.parent_death_signal = SIGKILL;
-  try {
-    pid_ = process::spawn(opts);
-  } catch (...) {
-    for (int fd : {out[0], out[1], err[0], err[1], ready[0], ready[1], token[0]}) ::close(fd);
-    throw;
-  }
-  start_time_ = process::start_time(pid_).value_or(0);  // an unreaped child: surely ours
+  // An unreaped child (an exec'd one, or a forked one re-parented to us: FS-3): surely ours.
+  start_time_ = process::start_time(pid_).value_or(0);
   ::close(token[0]);
   ::close(out[1]);
   ::close(err[1]);

@@ -21,6 +21,8 @@
 
 namespace troupe::agent {
 
+class ForkServer;
+
 struct WorkerLaunch {
   std::string name;
   std::string executable;
@@ -34,6 +36,9 @@ struct WorkerLaunch {
   bool log_to_terminal = true;
   // When set, receives each output line (I/O thread) instead of the agent's terminal.
   std::function<void(const std::string& line, bool is_stderr)> on_line;
+  // When set and able to (no wrapper, no args, its executable), forks the worker instead of
+  // fork+exec (fork_server.h); not owned, outlives start(). Otherwise, or when it fails, exec.
+  ForkServer* fork_server = nullptr;
 };
 
 class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
@@ -47,7 +52,8 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   WorkerProcess(asio::io_context& io, WorkerLaunch launch);
   ~WorkerProcess();
 
-  // Opens the log file and spawns the process (own process group, parent-death signal SIGKILL).
+  // Opens the log file and spawns the process (own process group, parent-death signal SIGKILL),
+  // through the launch's fork server when it can serve it, else with fork+exec.
   // Throws Error: kExecutableNotFound, or kInvalidArgument when the log file cannot be opened
   // (e.g. a symbolic link in its place).
   void start(ReadyHandler on_ready, ExitHandler on_exit);
@@ -62,6 +68,8 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   // The start time of the process (process::start_time), read while it was an unreaped child.
   uint64_t start_time() const { return start_time_; }
   bool exited() const { return exit_status_.has_value(); }
+  // True when the fork server forked it; false when it was exec'd by the agent.
+  bool from_fork_server() const { return from_fork_server_; }
   const WorkerLaunch& launch() const { return launch_; }
   // The last lines of stderr, oldest first.
   std::vector<std::string> stderr_tail() const { return {tail_.begin(), tail_.end()}; }
@@ -83,6 +91,7 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   WorkerLaunch launch_;
   pid_t pid_ = -1;
   uint64_t start_time_ = 0;
+  bool from_fork_server_ = false;
   int log_fd_ = -1;
   Stream out_, err_;
   std::unique_ptr<asio::posix::stream_descriptor> ready_pipe_;

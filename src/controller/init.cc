@@ -2,6 +2,7 @@
 #include <string>
 
 #include "agent/agent.h"
+#include "agent/fork_server.h"
 #include "common/env.h"
 #include "troupe/troupe.h"
 #include "worker/worker_env.h"
@@ -21,6 +22,13 @@ int run_role() {
   if (!role) return -1;
   if (*role == "worker") return worker::run_worker_main();
   if (*role == "agent") return agent::run_agent(agent::config_from_environment());
+  if (*role == "forkserver") {
+    // Before any thread exists (FS-1). Returns in each forked worker with its environment.
+    int code = agent::run_fork_server();
+    if (code != agent::kBecomeWorker) return code;
+    auto now = env::get(worker_env::kRole);
+    return now && *now == "worker" ? worker::run_worker_main() : 2;
+  }
   return -1;
 }
 

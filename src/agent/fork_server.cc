@@ -1,0 +1,238 @@
+// The agent's side of the fork server (see fork_server.h); the server's side is in
+// fork_server_main.cc.
+#include "agent/fork_server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "agent/fork_server_protocol.h"
+#include "common/log.h"
+#include "common/process.h"
+#include "troupe/error.h"
+
+namespace troupe::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// The first exchange waits for the fork server's exec and start-up (a loaded machine may take a
+// while); later ones for two forks.
+constexpr std::chrono::milliseconds kHelloTimeout{10000};
+constexpr std::chrono::milliseconds kRequestTimeout{5000};
+constexpr std::chrono::milliseconds kExitTimeout{1000};
+
+// Waits until `fd` is ready for `events` or the deadline passes.
+bool wait_fd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, static_cast<int>(left.count()) + 1);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return false;
+  }
+}
+
+bool write_all(int fd, const char* data, size_t n, Clock::time_point deadline) {
+  while (n > 0) {
+    ssize_t w = ::send(fd, data, n, MSG_NOSIGNAL);
+    if (w > 0) {
+      data += w;
+      n -= static_cast<size_t>(w);
+    } else if (w < 0 && errno == EINTR) {
+      continue;
+    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_fd(fd, POLLOUT, deadline)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool read_int(int fd, int32_t* out, Clock::time_point deadline) {
+  char* p = reinterpret_cast<char*>(out);
+  size_t got = 0;
+  while (got < sizeof(*out)) {
+    ssize_t r = ::recv(fd, p + got, sizeof(*out) - got, 0);
+    if (r > 0) {
+      got += static_cast<size_t>(r);
+    } else if (r < 0 && errno == EINTR) {
+      continue;
+    } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_fd(fd, POLLIN, deadline)) return false;
+    } else {
+      return false;  // EOF: the fork server is gone
+    }
+  }
+  return true;
+}
+
+mode_t current_umask() {
+  // umask() both sets and reads; /proc/self/status reads it without a window where it differs.
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (f) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), f))
+      if (std::strncmp(line, "Umask:", 6) == 0) {
+        std::fclose(f);
+        return static_cast<mode_t>(std::strtoul(line + 6, nullptr, 8));
+      }
+    std::fclose(f);
+  }
+  mode_t m = ::umask(022);
+  ::umask(m);
+  return m;
+}
+
+}  // namespace
+
+ForkServer::ForkServer(std::string executable, std::vector<std::string> env)
+    : executable_(std::move(executable)) {
+  // FS-3: the workers' intermediate parent exits at once; they must come to us, not to init.
+  if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    fail(std::string("PR_SET_CHILD_SUBREAPER: ") + std::strerror(errno));
+    return;
+  }
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    fail(std::string("socketpair: ") + std::strerror(errno));
+    return;
+  }
+  std::vector<std::string> vars;
+  for (auto& kv : env)
+    if (kv.rfind("TROUPE_ROLE=", 0) != 0 && kv.rfind("TROUPE_TOKEN=", 0) != 0 &&
+        kv.rfind(kForkServerFdEnv, 0) != 0)
+      vars.push_back(std::move(kv));
+  vars.push_back("TROUPE_ROLE=forkserver");
+  vars.push_back(std::string(kForkServerFdEnv) + "=" + std::to_string(sv[1]));
+  process::SpawnOptions opts;
+  opts.executable = executable_;
+  opts.env = std::move(vars);
+  opts.inherit_fds = {sv[1]};
+  opts.new_process_group = false;  // with the agent: a signal to the agent's group reaches it
+  opts.parent_death_signal = SIGKILL;
+  try {
+    pid_ = process::spawn(opts);
+  } catch (const Error& e) {
+    ::close(sv[0]);
+    ::close(sv[1]);
+    fail(e.message());
+    return;
+  }
+  ::close(sv[1]);
+  sock_ = sv[0];
+  ::fcntl(sock_, F_SETFL, ::fcntl(sock_, F_GETFL) | O_NONBLOCK);
+}
+
+ForkServer::~ForkServer() {
+  if (sock_ >= 0) ::close(sock_);
+  sock_ = -1;
+  if (pid_ <= 0 || reaped_) return;
+  // FS-5: it exits on the socket's EOF. It is our unreaped child, so its pid is still its own.
+  auto deadline = Clock::now() + kExitTimeout;
+  for (;;) {
+    int status = 0;
+    pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_ || (r < 0 && errno == ECHILD)) return;
+    if (Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+}
+
+void ForkServer::fail(const std::string& why) {
+  if (sock_ >= 0) {
+    ::close(sock_);
+    sock_ = -1;
+    TROUPE_LOG(Warning) << "fork server for " << executable_ << " (pid " << pid_
+                        << ") is not usable (" << why << "); workers start with fork+exec";
+    // A live but misbehaving one is killed now; its exit is reaped by the agent (on_reaped).
+    if (pid_ > 0 && !reaped_) ::kill(pid_, SIGKILL);
+  } else if (pid_ < 0) {
+    TROUPE_LOG(Warning) << "cannot start a fork server for " << executable_ << " (" << why
+                        << "); workers start with fork+exec";
+  }
+}
+
+void ForkServer::on_reaped(pid_t pid) {
+  if (pid != pid_ || pid_ <= 0) return;
+  reaped_ = true;
+  if (sock_ >= 0) fail("it exited");
+}
+
+std::optional<pid_t> ForkServer::spawn(const Request& request) {
+  if (sock_ < 0) return std::nullopt;
+  if (!greeted_) {
+    int32_t hello = -1;
+    if (!read_int(sock_, &hello, Clock::now() + kHelloTimeout)) {
+      fail("no greeting");
+      return std::nullopt;
+    }
+    if (hello != fork_protocol::kHelloOk) {
+      fail(hello == fork_protocol::kHelloThreads ? "it runs threads" : "it refused");
+      return std::nullopt;
+    }
+    greeted_ = true;
+  }
+  std::string body = fork_protocol::encode_strings(request.cwd, request.env);
+  if (body.size() > fork_protocol::kMaxBody) return std::nullopt;  // this one only: exec it
+  fork_protocol::Header h{fork_protocol::kMagic, static_cast<uint32_t>(current_umask()),
+                          static_cast<uint32_t>(body.size())};
+  int fds[fork_protocol::kNumFds] = {request.stdout_fd, request.stderr_fd, request.ready_fd,
+                                     request.token_fd};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
+  iovec iov{&h, sizeof(h)};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(fds));
+  std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
+  auto deadline = Clock::now() + kRequestTimeout;
+  ssize_t sent;
+  for (;;) {
+    sent = ::sendmsg(sock_, &msg, MSG_NOSIGNAL);
+    if (sent >= 0 || errno != EINTR) {
+      if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+          wait_fd(sock_, POLLOUT, deadline))
+        continue;
+      break;
+    }
+  }
+  // The descriptors travel with the header's first byte; the rest of it follows plainly.
+  if (sent <= 0 ||
+      !write_all(sock_, reinterpret_cast<const char*>(&h) + sent, sizeof(h) - sent, deadline) ||
+      !write_all(sock_, body.data(), body.size(), deadline)) {
+    fail("cannot send a request");
+    return std::nullopt;
+  }
+  int32_t pid = 0;
+  if (!read_int(sock_, &pid, deadline)) {
+    fail("no answer to a request");
+    return std::nullopt;
+  }
+  if (pid <= 0) {
+    fail(std::string("fork failed: ") + std::strerror(-pid));
+    return std::nullopt;
+  }
+  return static_cast<pid_t>(pid);
+}
+
+}  // namespace troupe::agent

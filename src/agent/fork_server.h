@@ -1,0 +1,90 @@
+// The per-host fork server: a copy of the agent's own executable, exec'd once in "fork-server
+// mode" (TROUPE_ROLE=forkserver) before any thread exists, that forks each new worker of that
+// executable instead of the agent fork+exec'ing it. A fork skips exec, dynamic linking and
+// static initialisation, so a worker starts at close to process-creation speed.
+//
+// Processes: agent -> fork server (a child of the agent, PR_SET_PDEATHSIG SIGKILL) -> for each
+// request, an intermediate child that forks the worker, puts it in its own process group and
+// exits at once. The agent is a child subreaper (PR_SET_CHILD_SUBREAPER), so the worker is
+// re-parented to the agent, which waits for it as for an exec'd worker.
+//
+// Invariants (cited by tests/integration/fork_server_test.cc):
+//   FS-1 No thread: the fork server checks at start-up that it is single-threaded (it refuses to
+//        serve otherwise) and starts none; nothing but its own loop runs when it forks.
+//   FS-2 Same start as exec: the worker leads its own process group (set by the intermediate
+//        child before the agent learns the pid, and by the worker itself), its environment is
+//        exactly the request's (environ replaced), its cwd and umask are the agent's at the
+//        request, its signal mask is empty and every disposition is SIG_DFL, and its only open
+//        descriptors are 0 (/dev/null), 1 and 2 (the agent's output pipes), 3 (ready pipe) and
+//        4 (token pipe).
+//   FS-3 Parentage: when the agent gets the pid, the worker is the agent's child (alive or a
+//        zombie), so the agent reaps it and sees its exit status as for an exec'd worker. The
+//        worker sets PR_SET_PDEATHSIG SIGKILL only once its parent is the agent, then checks
+//        the parent again: it dies with its agent, never with the intermediate child.
+//   FS-4 Never hang: every exchange with the fork server has a deadline. When the fork server
+//        is missing, dead, slow or refuses, spawn() returns nullopt (logged once) and the agent
+//        falls back to fork+exec for that and every later start.
+//   FS-5 No process left: the fork server exits when its socket to the agent closes (agent exit
+//        or ~ForkServer) and dies with the agent (PDEATHSIG).
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace troupe::agent {
+
+// Agent side. One per agent and executable. Not thread-safe: the agent's I/O thread only.
+// spawn() blocks that thread for one round trip (two forks in the fork server), bounded by a
+// deadline.
+class ForkServer {
+ public:
+  // Starts `executable` in fork-server mode with `env` (the agent's; "KEY=VALUE"). Never throws;
+  // a fork server that could not start makes every spawn() return nullopt. Makes the calling
+  // process a child subreaper (required by FS-3).
+  ForkServer(std::string executable, std::vector<std::string> env);
+  // Closes the socket and waits (bounded) for the fork server to exit; kills it if it does not.
+  ~ForkServer();
+  ForkServer(const ForkServer&) = delete;
+  ForkServer& operator=(const ForkServer&) = delete;
+
+  const std::string& executable() const { return executable_; }
+  // Whether it can still serve requests (not known to be dead or misbehaving).
+  bool usable() const { return sock_ >= 0; }
+
+  struct Request {
+    std::vector<std::string> env;  // the worker's whole environment
+    std::string cwd;               // empty: the fork server's
+    // Become 1, 2, 3, 4 in the worker; not owned (the caller closes its copies).
+    int stdout_fd = -1, stderr_fd = -1, ready_fd = -1, token_fd = -1;
+  };
+  // Forks a worker; returns its pid (a child of this process by then, FS-3), or nullopt when the
+  // fork server cannot (FS-4; the caller execs instead).
+  std::optional<pid_t> spawn(const Request& request);
+  // The agent reaped `pid`: when it is the fork server, it is gone (and its pid may be reused).
+  void on_reaped(pid_t pid);
+  pid_t pid() const { return pid_; }
+
+ private:
+  void fail(const std::string& why);
+
+  std::string executable_;
+  pid_t pid_ = -1;
+  int sock_ = -1;
+  bool greeted_ = false;
+  bool reaped_ = false;
+};
+
+// The fork server's own side, in the process started by ForkServer (TROUPE_ROLE=forkserver).
+// Serves requests until its socket closes. Returns the process exit code in the fork server,
+// or kBecomeWorker in a forked worker, whose environment is then the worker's: the caller runs
+// the role that environment names (run_role).
+constexpr int kBecomeWorker = -1;
+int run_fork_server();
+
+// Environment variable naming the fork server's socket descriptor.
+constexpr const char* kForkServerFdEnv = "TROUPE_FORK_SERVER_FD";
+
+}  // namespace troupe::agent
