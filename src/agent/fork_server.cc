@@ -112,9 +112,11 @@ ForkServer::ForkServer(std::string executable, std::vector<std::string> env)
   std::vector<std::string> vars;
   for (auto& kv : env)
     if (kv.rfind("TROUPE_ROLE=", 0) != 0 && kv.rfind("TROUPE_TOKEN=", 0) != 0 &&
-        kv.rfind(kForkServerFdEnv, 0) != 0)
+        kv.rfind(kForkServerFdEnv, 0) != 0 && kv.rfind("LD_BIND_NOW=", 0) != 0)
       vars.push_back(std::move(kv));
   vars.push_back("TROUPE_ROLE=forkserver");
+  // Resolve every symbol at its start, once, rather than lazily in each worker it forks.
+  vars.push_back("LD_BIND_NOW=1");
   vars.push_back(std::string(kForkServerFdEnv) + "=" + std::to_string(sv[1]));
   process::SpawnOptions opts;
   opts.executable = executable_;

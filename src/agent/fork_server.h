@@ -4,23 +4,28 @@
 // static initialisation, so a worker starts at close to process-creation speed.
 //
 // Processes: agent -> fork server (a child of the agent, PR_SET_PDEATHSIG SIGKILL) -> for each
-// request, an intermediate child that forks the worker, puts it in its own process group and
-// exits at once. The agent is a child subreaper (PR_SET_CHILD_SUBREAPER), so the worker is
-// re-parented to the agent, which waits for it as for an exec'd worker.
+// request, the worker, forked with CLONE_PARENT: its parent is the agent from birth, which
+// waits for it as for an exec'd worker. Where that is not available (not x86-64, or no
+// PR_GET_TID_ADDRESS), an intermediate child forks the worker, puts it in its own process group
+// and exits at once; the agent is a child subreaper (PR_SET_CHILD_SUBREAPER), so the worker is
+// re-parented to the agent.
 //
 // Invariants (cited by tests/integration/fork_server_test.cc):
 //   FS-1 No thread: the fork server checks at start-up that it is single-threaded (it refuses to
 //        serve otherwise) and starts none; nothing but its own loop runs when it forks.
-//   FS-2 Same start as exec: the worker leads its own process group (set by the intermediate
-//        child before the agent learns the pid, and by the worker itself), its environment is
+//   FS-2 Same start as exec: the worker leads its own process group (set by the worker first
+//        thing; the agent may learn the pid a moment before, so WorkerProcess signals the pid
+//        itself while the group does not exist yet: it has no other member then), its env is
 //        exactly the request's (environ replaced), its cwd and umask are the agent's at the
 //        request, its signal mask is empty and every disposition is SIG_DFL, and its only open
 //        descriptors are 0 (/dev/null), 1 and 2 (the agent's output pipes), 3 (ready pipe) and
 //        4 (token pipe).
 //   FS-3 Parentage: when the agent gets the pid, the worker is the agent's child (alive or a
-//        zombie), so the agent reaps it and sees its exit status as for an exec'd worker. The
-//        worker sets PR_SET_PDEATHSIG SIGKILL only once its parent is the agent, then checks
-//        the parent again: it dies with its agent, never with the intermediate child.
+//        zombie; with the intermediate child, once that exited, which the fork server waits
+//        for), so its pid is not reused and the agent reaps it and sees its exit status as for
+//        an exec'd worker. The worker sets PR_SET_PDEATHSIG SIGKILL only once its parent is the
+//        agent, then checks the parent again: it dies with its agent, never with the
+//        intermediate child, and exits at once when the agent died before.
 //   FS-4 Never hang: every exchange with the fork server has a deadline. When the fork server
 //        is missing, dead, slow or refuses, spawn() returns nullopt (logged once) and the agent
 //        falls back to fork+exec for that and every later start.

@@ -22,6 +22,7 @@
 
 #include "agent/fork_server.h"
 #include "agent/fork_server_protocol.h"
+#include "common/token.h"
 
 extern char** environ;
 
@@ -100,8 +101,9 @@ bool read_header(int sock, fp::Header* h, int* fds, int* nfds) {
   ::_exit(127);
 }
 
-// In the forked worker: the start that exec would have given it (FS-2, FS-3). Returns once the
-// process is the worker; exits on failure.
+// In the forked worker: the start that exec would have given it (FS-2, FS-3). `intermediate`:
+// the parent it has until it is re-parented to the agent, 0 when its parent is the agent from
+// birth. Returns once the process is the worker; exits on failure.
 void become_worker(pid_t agent, pid_t intermediate, mode_t mask,
                    const std::vector<std::string>& strings, const int* fds) {
   if (::setpgid(0, 0) != 0) die("setpgid");
@@ -138,6 +140,26 @@ void become_worker(pid_t agent, pid_t intermediate, mode_t mask,
   environ = env;
 }
 
+// fork() whose child has the agent (our parent) as its parent from birth (CLONE_PARENT): no
+// intermediate process. Like glibc's own fork it has the kernel write the child's thread id
+// into glibc's field for it (CLONE_CHILD_SETTID at the address the kernel was given with
+// set_tid_address, read back with PR_GET_TID_ADDRESS), so pthread state in the child is right.
+// Returns -1 with errno ENOSYS where this is not available (then the caller double-forks).
+pid_t fork_as_sibling() {
+#if defined(__x86_64__)
+  static int* tid_address = [] {
+    int* p = nullptr;
+    return ::prctl(PR_GET_TID_ADDRESS, &p) == 0 ? p : nullptr;
+  }();
+  if (tid_address)
+    return static_cast<pid_t>(
+        ::syscall(SYS_clone, CLONE_PARENT | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD,
+                  nullptr, nullptr, tid_address, nullptr));
+#endif
+  errno = ENOSYS;
+  return -1;
+}
+
 }  // namespace
 
 int run_fork_server() {
@@ -146,6 +168,9 @@ int run_fork_server() {
   const int sock = std::atoi(fd_text);
   ::fcntl(sock, F_SETFD, FD_CLOEXEC);
   const pid_t agent = ::getppid();  // spawn() checked it after setting PDEATHSIG on it
+  // What every worker does first, done once here: the crypto library's set-up for the
+  // connection handshake (HMAC-SHA256, random nonces). Starts no thread (checked below).
+  token::hmac_sha256(token::random_bytes(32), "warm-up");
   int32_t hello = single_threaded() ? fp::kHelloOk : fp::kHelloThreads;
   if (!write_full(sock, &hello, sizeof(hello)) || hello != fp::kHelloOk) return 1;
   for (;;) {
@@ -166,7 +191,14 @@ int run_fork_server() {
     }
     int pid_pipe[2];
     int32_t answer = 0;
-    if (::pipe2(pid_pipe, O_CLOEXEC) != 0) {
+    pid_t sibling = fork_as_sibling();
+    if (sibling == 0) {
+      become_worker(agent, 0, static_cast<mode_t>(h.umask), strings, fds);
+      return kBecomeWorker;
+    }
+    if (sibling > 0 || errno != ENOSYS) {
+      answer = sibling > 0 ? sibling : -errno;
+    } else if (::pipe2(pid_pipe, O_CLOEXEC) != 0) {
       answer = -errno;
     } else {
       pid_t intermediate = ::fork();

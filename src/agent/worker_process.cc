@@ -223,7 +223,7 @@ void WorkerProcess::on_reaped(int wait_status) {
 
 void WorkerProcess::stop(std::chrono::milliseconds grace) {
   if (exit_status_ || pid_ <= 0) return;
-  process::kill_group(pid_, SIGTERM);
+  signal_group(SIGTERM);
   kill_timer_ = std::make_unique<asio::steady_timer>(io_, grace);
   kill_timer_->async_wait([self = shared_from_this()](const asio::error_code& ec) {
     if (!ec) self->kill_now();
@@ -232,7 +232,13 @@ void WorkerProcess::stop(std::chrono::milliseconds grace) {
 
 void WorkerProcess::kill_now() {
   if (exit_status_ || pid_ <= 0) return;
-  process::kill_group(pid_, SIGKILL);
+  signal_group(SIGKILL);
+}
+
+void WorkerProcess::signal_group(int sig) {
+  // A worker from the fork server may not have made its group yet (FS-2): it has no other
+  // process then, and its pid is ours (an unreaped child).
+  if (::kill(-pid_, sig) != 0 && errno == ESRCH) ::kill(pid_, sig);
 }
 
 }  // namespace troupe::agent

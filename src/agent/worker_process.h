@@ -81,6 +81,8 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
     std::array<char, 4096> buf;
     bool eof = false;
   };
+  // To the process group, or to the process while it has none yet (only while unreaped).
+  void signal_group(int sig);
   void read_ready();
   void read_stream(Stream& s, bool is_stderr);
   void emit_line(const std::string& line, bool is_stderr);
