@@ -147,11 +147,13 @@ void become_worker(pid_t agent, pid_t intermediate, mode_t mask,
 // Returns -1 with errno ENOSYS where this is not available (then the caller double-forks).
 pid_t fork_as_sibling() {
 #if defined(__x86_64__)
+  // For tests of the fallback (fork_server_test): the agent's environment, hence ours.
+  static const bool forced_off = std::getenv("TROUPE_FORK_SERVER_DOUBLE_FORK") != nullptr;
   static int* tid_address = [] {
     int* p = nullptr;
     return ::prctl(PR_GET_TID_ADDRESS, &p) == 0 ? p : nullptr;
   }();
-  if (tid_address)
+  if (tid_address && !forced_off)
     return static_cast<pid_t>(
         ::syscall(SYS_clone, CLONE_PARENT | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD,
                   nullptr, nullptr, tid_address, nullptr));

@@ -263,6 +263,32 @@ TEST(ForkServer, KillingTheForkServerDoesNotBreakLaterStarts) {
   EXPECT_EQ(a.call<int>("add", {{"a", 2}, {"b", 2}}).get(kDeadline), 4);  // unaffected
 }
 
+// The double fork (where CLONE_PARENT cannot be used): the worker is re-parented to the agent
+// (a child subreaper) and keeps every guarantee of FS-2 and FS-3.
+TEST(ForkServer, DoubleForkFallbackKeepsTheGuarantees) {
+  ::setenv("TROUPE_FORK_SERVER_DOUBLE_FORK", "1", 1);
+  Cluster cluster(options());
+  ::unsetenv("TROUPE_FORK_SERVER_DOUBLE_FORK");
+  Worker a = cluster.start_worker(worker_options("StartProbe", "probe"));
+  Worker b = cluster.start_worker(calculator("victim"));
+  a.ready().get(kDeadline);
+  b.ready().get(kDeadline);
+  EXPECT_EQ(launch_of(cluster, "probe"), "fork_server");
+  EXPECT_EQ(a.call<int64_t>("pgid").get(kDeadline), a.pid());
+  EXPECT_EQ(a.call<int64_t>("ppid").get(kDeadline), cluster.hosts()[0].agent_pid);
+  auto pending = b.call<int>("sleep_ms", {{"ms", 60000}});
+  ASSERT_EQ(::kill(b.pid(), SIGKILL), 0);
+  try {
+    pending.get(kDeadline);
+    FAIL() << "the call succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kWorkerDied) << e.what();
+    EXPECT_HAS(e.what(), "signal 9");
+  }
+  ASSERT_EQ(::kill(cluster.hosts()[0].agent_pid, SIGKILL), 0);
+  EXPECT_TRUE(troupe_test::wait_dead(a.pid(), kDeadline)) << a.pid();
+}
+
 // TROUPE_FORK_SERVER=0 in the driver's environment (which agents inherit) turns it off.
 TEST(ForkServer, CanBeTurnedOff) {
   ::setenv("TROUPE_FORK_SERVER", "0", 1);
