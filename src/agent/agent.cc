@@ -92,8 +92,7 @@ class Agent {
       TROUPE_LOG(Error) << e.message();
       return 3;
     }
-    // Embedded agents start their fork server now (its exec overlaps the cluster's start-up);
-    // a standing one on the first worker of its own executable (drivers usually send theirs).
+    // Embedded: the fork server now (overlapping start-up); standing: on first use, if ever.
     if (config_.fork_server && !config_.standing) fork_server_for(env::self_executable());
     signals_.add(SIGCHLD);
     signals_.add(SIGTERM);
