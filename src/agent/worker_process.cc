@@ -138,6 +138,9 @@ void WorkerProcess::read_stream(Stream& s, bool is_stderr) {
       if (!s.partial.empty()) self->emit_line(s.partial, is_stderr);
       s.partial.clear();
       s.eof = true;
+      asio::error_code ignored;
+      s.pipe->close(ignored);  // its descriptor goes now, not with the object
+      self->maybe_release();
       return;
     }
     self->consume(s, n, is_stderr);
@@ -211,6 +214,7 @@ void WorkerProcess::on_reaped(int wait_status) {
     on_exit_ = nullptr;
     handler(*exit_status_);
   }
+  if (maybe_release()) return;
   // Children of the worker may still hold the pipes open: stop reading them after a while.
   drain_timer_ = std::make_unique<asio::steady_timer>(io_, kDrainTimeout);
   drain_timer_->async_wait([self = shared_from_this()](const asio::error_code& ec) {
@@ -219,6 +223,16 @@ void WorkerProcess::on_reaped(int wait_status) {
     self->out_.pipe->close(ignored);
     self->err_.pipe->close(ignored);
   });
+}
+
+bool WorkerProcess::maybe_release() {
+  if (!exit_status_ || !out_.eof || !err_.eof) return false;
+  // Reaped and both pipes at their end: nothing more to write to the log. Starts that come
+  // faster than the drain timeout must not pile up descriptors (the soak test's limit).
+  if (drain_timer_) drain_timer_->cancel();
+  if (log_fd_ >= 0) ::close(log_fd_);
+  log_fd_ = -1;
+  return true;
 }
 
 void WorkerProcess::stop(std::chrono::milliseconds grace) {

@@ -83,6 +83,9 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   };
   // To the process group, or to the process while it has none yet (only while unreaped).
   void signal_group(int sig);
+  // Once reaped and both output pipes ended: closes the log file, stops the drain timer.
+  // Returns whether it did.
+  bool maybe_release();
   void read_ready();
   void read_stream(Stream& s, bool is_stderr);
   void emit_line(const std::string& line, bool is_stderr);

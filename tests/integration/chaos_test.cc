@@ -71,7 +71,7 @@ void run_chaos(const std::string& prefix, int max_restarts) {
     options.sharding = NamedSharding::from_shape({"dp", "tp"}, {4, 2});
     WorkerGroup group(vc, WorkerBuilder("FailProbe"), options);
     procs.add_cluster(cluster);
-    ASSERT_EQ(procs.size(), 2u + 8u);
+    ASSERT_EQ(procs.size(), 2u + 2u + 8u);  // agents, their fork servers, workers
     std::vector<pid_t> agents;
     for (const auto& h : cluster.hosts()) agents.push_back(h.agent_pid);
 

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -442,13 +443,17 @@ TEST(RestartPolicy, RetriesARestartThatDiedWhileStarting) {
     const pid_t agent = cluster.hosts()[0].agent_pid;
     const std::string base = group.worker(0).name();
     const pid_t original = group.worker(0).pid();
+    // The agent's children before: the worker and the agent's fork server.
+    std::set<pid_t> before;
+    for (pid_t p : descendants(agent))
+      if (auto s = proc_stat(p); s && s->ppid == agent) before.insert(p);
     ASSERT_EQ(::kill(original, SIGKILL), 0);
     // The replacement: a new child of the agent while the group still hands out the dead one.
     pid_t starting = 0;
     ASSERT_TRUE(eventually(
         [&] {
           for (pid_t p : descendants(agent))
-            if (auto s = proc_stat(p); s && p != original && s->ppid == agent && s->state != 'Z')
+            if (auto s = proc_stat(p); s && !before.count(p) && s->ppid == agent && s->state != 'Z')
               starting = p;
           return starting > 0;
         },
