@@ -129,11 +129,17 @@ if check "the holding driver started its workers" wait_for 60 test -s "$work/pid
   wait "$holder"
   gone() { for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
   check "no worker survives its driver's SIGKILL" wait_for 10 gone
-  # Scan every namespace: only the daemons are left.
+  # Scan every namespace: only the daemons are left (and an agent's fork server: its child in
+  # its process group, where every worker leads a group of its own).
+  is_daemon() { [[ $(tr '\0' ' ' </proc/$1/cmdline 2>/dev/null) == *" start "* ]]; }
+  stat_field() { awk -v f="$2" '{print $f}' /proc/$1/stat 2>/dev/null; }
   only_daemons() {
     for h in tr-h1 tr-h2 tr-h3; do
       for p in $(ip netns pids $h); do
-        [[ $(tr '\0' ' ' </proc/$p/cmdline 2>/dev/null) == *" start "* ]] || return 1
+        is_daemon "$p" && continue
+        local parent
+        parent=$(stat_field "$p" 4)
+        is_daemon "$parent" && [[ $(stat_field "$p" 5) == $(stat_field "$parent" 5) ]] || return 1
       done
     done
   }
