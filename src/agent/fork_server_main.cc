@@ -133,9 +133,21 @@ void become_worker(pid_t agent, pid_t intermediate, mode_t mask,
     for (int fd = 5; fd < 65536; ++fd) ::close(fd);  // kernels before 5.9
   ::umask(mask);
   if (!strings[0].empty() && ::chdir(strings[0].c_str()) != 0) die("chdir");
-  // The environment is the request's, entirely; never freed (the process's for good).
-  char** env = new char*[strings.size()];
-  for (size_t i = 1; i < strings.size(); ++i) env[i - 1] = ::strdup(strings[i].c_str());
+  // The environment is the request's, entirely: one block of strings and the array, never freed
+  // (the process's for good) and held here, so that leak checkers see them reachable even once
+  // an entry was unset.
+  static char* block = nullptr;
+  static char** env = nullptr;
+  size_t total = 0;
+  for (size_t i = 1; i < strings.size(); ++i) total += strings[i].size() + 1;
+  block = new char[total + 1];
+  env = new char*[strings.size()];
+  char* at = block;
+  for (size_t i = 1; i < strings.size(); ++i) {
+    std::memcpy(at, strings[i].c_str(), strings[i].size() + 1);
+    env[i - 1] = at;
+    at += strings[i].size() + 1;
+  }
   env[strings.size() - 1] = nullptr;
   environ = env;
 }
