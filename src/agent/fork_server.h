@@ -19,7 +19,9 @@
 //        exactly the request's (environ replaced), its cwd and umask are the agent's at the
 //        request, its signal mask is empty and every disposition is SIG_DFL, and its only open
 //        descriptors are 0 (/dev/null), 1 and 2 (the agent's output pipes), 3 (ready pipe) and
-//        4 (token pipe).
+//        4 (token pipe). One difference stays: /proc/PID/environ shows the block the kernel
+//        kept from the fork server's exec (the agent's environment, never the token), not the
+//        worker's; getenv and environ in the worker are exact.
 //   FS-3 Parentage: when the agent gets the pid, the worker is the agent's child (alive or a
 //        zombie; with the intermediate child, once that exited, which the fork server waits
 //        for), so its pid is not reused and the agent reaps it and sees its exit status as for
