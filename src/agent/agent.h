@@ -12,6 +12,10 @@
 //   release_ports {owner}                    -> count
 //   (start_worker also takes take_ports: [port], released to the worker just before it starts)
 //   shutdown     {}                          -> nil, then every worker is stopped and it exits
+//   store_reserve {size} -> name; store_free {name} -> bool; store_usage {} -> StoreUsage
+//                (the host's object store, store/host_store.h: objects a client reserved are
+//                removed when it frees them, when its connection closes and when the agent
+//                exits; at start the agent removes the objects of dead agents)
 // Events it sends to every connected client:
 //   worker_exited {name, pid, status, exit_code, signal, stderr_tail}
 //
@@ -29,6 +33,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
@@ -65,6 +70,8 @@ struct AgentConfig {
   // Heartbeats on the head's and every client's connection (transport RPC-HB); 0: none.
   std::chrono::milliseconds heartbeat_interval{0};
   std::chrono::milliseconds heartbeat_timeout{0};
+  // The object store's capacity in bytes (store/host_store.h); <= 0: 30 % of MemTotal.
+  int64_t object_store_memory = 0;
 };
 
 // Reads the configuration that the driver (or `troupe start`) put in the environment.
@@ -83,7 +90,8 @@ constexpr const char* kLabels = "TROUPE_AGENT_LABELS";   // k=v,k=v
 constexpr const char* kHead = "TROUPE_HEAD";
 constexpr const char* kSessionDir = "TROUPE_SESSION_DIR";
 constexpr const char* kSocketDir = "TROUPE_SOCKET_DIR";
-constexpr const char* kLogToTerminal = "TROUPE_LOG_TO_DRIVER";  // "0" turns it off
+constexpr const char* kLogToTerminal = "TROUPE_LOG_TO_DRIVER";            // "0" turns it off
+constexpr const char* kObjectStoreMemory = "TROUPE_OBJECT_STORE_MEMORY";  // bytes
 }  // namespace agent_env
 
 }  // namespace troupe::agent

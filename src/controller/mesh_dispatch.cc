@@ -9,6 +9,39 @@
 
 namespace troupe::internal {
 
+namespace {
+
+// The driver's object store when every worker in `called` shares it, else null (then arguments
+// travel as attachments to all of them).
+std::shared_ptr<DriverStore> common_store(const MeshDispatch& mesh,
+                                          const std::vector<size_t>& called) {
+  std::shared_ptr<DriverStore> store;
+  for (size_t w : called) {
+    const auto& s = mesh.worker(w).state()->store;
+    if (!s) return nullptr;
+    store = s;
+  }
+  return store;
+}
+
+// Encodes `kwargs` once, through `store` when set (the objects used are added to `pins`).
+std::shared_ptr<const wire::EncodedKwargs> encode_via(const std::shared_ptr<DriverStore>& store,
+                                                      const Kwargs& kwargs,
+                                                      std::vector<Bytes>& pins) {
+  Map rewritten;
+  if (store && store->prepare(kwargs, rewritten, pins))
+    return std::make_shared<const wire::EncodedKwargs>(wire::encode_kwargs(rewritten));
+  return std::make_shared<const wire::EncodedKwargs>(wire::encode_kwargs(kwargs));
+}
+
+// Holds `pins` until each call of `futures` has completed (however it completed).
+void pin_until_done(const std::vector<Future<Value>>& futures, const std::vector<Bytes>& pins) {
+  if (pins.empty()) return;
+  for (const auto& f : futures) f.then([pins](const Future<Value>&) {});
+}
+
+}  // namespace
+
 MeshDispatch::MeshDispatch(std::shared_ptr<WorkerGroupImpl> group, std::vector<size_t> members,
                            NamedSharding sharding)
     : group_(std::move(group)), members_(std::move(members)), sharding_(std::move(sharding)) {}
@@ -96,9 +129,11 @@ MultiWorkerFuture MeshDispatch::multiple(const std::string& method, const Kwargs
 MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwargs& kwargs,
                                            const std::vector<std::string>& rank_0_axes) const {
   std::vector<size_t> called = plan_rank_0_only(sharding_, rank_0_axes);
-  auto encoded = std::make_shared<const wire::EncodedKwargs>(wire::encode_kwargs(kwargs));
+  std::vector<Bytes> pins;
+  auto encoded = encode_via(common_store(*this, called), kwargs, pins);
   std::vector<Future<Value>> futures;
   for (size_t w : called) futures.push_back(worker(w).state()->call_encoded(method, encoded));
+  pin_until_done(futures, pins);
   return MultiWorkerFuture(std::move(futures), called, called);
 }
 
@@ -113,6 +148,8 @@ std::vector<ValueStream> MeshDispatch::streams(const std::string& method, const 
 MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs& data,
                                         const ShardedCallOptions& options) const {
   ShardedPlan plan = plan_sharded(sharding_, options);
+  std::shared_ptr<DriverStore> store = common_store(*this, plan.called);
+  std::vector<Bytes> pins;
   // Encode every distinct slice once (workers that differ only on replicated axes share one),
   // and the dummy calls' nil arguments once, before calling anyone.
   std::map<std::vector<int>, std::shared_ptr<const wire::EncodedKwargs>> slices;
@@ -124,8 +161,7 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
       if (!dummy) {
         Kwargs nils;
         for (const auto& [k, v] : data) nils.emplace_back(k, Value());
-        dummy = std::make_shared<const wire::EncodedKwargs>(
-            wire::encode_kwargs(merge_kwargs(std::move(nils), options.common_kwargs)));
+        dummy = encode_via(store, merge_kwargs(std::move(nils), options.common_kwargs), pins);
       }
       args.push_back(dummy);
       continue;
@@ -136,8 +172,7 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
       for (const auto& [k, v] : data)
         kwargs.emplace_back(k,
                             data_slice(v, *slice, options.in_sharded_axes, sharding_, method, k));
-      encoded = std::make_shared<const wire::EncodedKwargs>(
-          wire::encode_kwargs(merge_kwargs(std::move(kwargs), options.common_kwargs)));
+      encoded = encode_via(store, merge_kwargs(std::move(kwargs), options.common_kwargs), pins);
     }
     args.push_back(encoded);
   }
@@ -145,6 +180,7 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
   futures.reserve(plan.called.size());
   for (size_t i = 0; i < plan.called.size(); ++i)
     futures.push_back(worker(plan.called[i]).state()->call_encoded(method, args[i]));
+  pin_until_done(futures, pins);
   return MultiWorkerFuture(std::move(futures), std::move(plan.called), std::move(plan.return_from));
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "controller/agent_client.h"
+#include "controller/object_store.h"
 #include "transport/rpc_peer.h"
 #include "troupe/cluster.h"
 
@@ -83,6 +84,10 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   // and rank it belongs to (empty / -1 outside a group).
   std::weak_ptr<AgentClient> agent;
   std::string agent_name;  // the name its agent knows it by (ClusterImpl::id_prefix() + name)
+  // The driver's object store when this worker's host shares it (same network id), else null:
+  // its calls' large Bytes and ObjectRefs then go as markers (pinned until the call completes)
+  // and its large results come back through the store.
+  std::shared_ptr<DriverStore> store;
   std::string group;
   int rank = -1;
   // Set once at creation: called once, on whichever thread marks the worker dead, with no lock
@@ -98,6 +103,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
     std::shared_ptr<detail::FutureState> state;
   };
   Future<Value> submit(QueuedCall call);
+  Future<Value> submit_now(QueuedCall call);
   std::string describe_locked() const;
 
   const std::string name_, class_name_;
