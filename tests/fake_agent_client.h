@@ -134,6 +134,15 @@ class FakeAgentClient : public troupe::internal::AgentClient {
     return {troupe::make_ready_future(control::StoreReserve::reply(name)),
             &control::StoreReserve::reply_from};
   }
+  // Accounted like a reservation (no file is written); store_puts() counts them.
+  troupe::internal::AgentReply<std::string> store_put(const troupe::Bytes& data) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++store_puts_;
+    }
+    return store_reserve(static_cast<int64_t>(data.size()));
+  }
+  int store_puts() const { return locked(store_puts_); }
   troupe::internal::AgentReply<troupe::Value> store_free(const std::string& name) override {
     std::lock_guard<std::mutex> lock(mu_);
     bool had = store_objects_.erase(name) > 0;
@@ -201,6 +210,7 @@ class FakeAgentClient : public troupe::internal::AgentClient {
   std::map<std::string, std::vector<int>> held_;
   std::map<std::string, int64_t> store_objects_;
   int next_object_ = 0;
+  int store_puts_ = 0;
 };
 
 // Hands out FakeAgentClients as ClusterImpl connects to agents, and remembers them.

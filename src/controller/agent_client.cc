@@ -68,6 +68,11 @@ class RpcAgentClient : public AgentClient, public std::enable_shared_from_this<R
                         "object store reservation of " + std::to_string(size) + " bytes"),
             &control::StoreReserve::reply_from};
   }
+  AgentReply<std::string> store_put(const Bytes& data) override {
+    return {peer_->call(control::StorePut::kMethod, control::StorePut{data}.to_map(),
+                        "object store copy of " + std::to_string(data.size()) + " bytes"),
+            &control::StoreReserve::reply_from};
+  }
   AgentReply<Value> store_free(const std::string& name) override {
     return {peer_->call(control::StoreFree::kMethod, control::StoreFree{name}.to_map(),
                         "object store free"),

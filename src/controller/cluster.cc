@@ -302,7 +302,10 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
                                            options.host, host_name);
     worker->agent = agent_client;
     worker->agent_name = id_prefix_ + options.name;
-    if (same_network && store_ && store_->enabled()) worker->store = store_;
+    if (store_ && (same_network ? store_->enabled() : store_->remote_enabled())) {
+      worker->store = store_;
+      worker->store_target = same_network ? DriverStore::kLocal : options.host;
+    }
     worker->group = options.group;
     worker->rank = options.rank;
     std::weak_ptr<WorkerState> weak = worker;
@@ -521,7 +524,9 @@ void ClusterImpl::make_store() {
         break;
       }
   }
-  store_ = std::make_shared<DriverStore>(local, options_.object_store_threshold);
+  // Workers on other hosts get objects through their agents (once per host).
+  store_ = std::make_shared<DriverStore>(local, options_.object_store_threshold,
+                                         [this](size_t host) { return agent(host); });
 }
 
 ObjectStoreUsage ClusterImpl::object_store_usage(size_t host, std::chrono::milliseconds timeout) {

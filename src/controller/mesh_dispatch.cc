@@ -11,25 +11,16 @@ namespace troupe::internal {
 
 namespace {
 
-// The driver's object store when every worker in `called` shares it, else null (then arguments
-// travel as attachments to all of them).
-std::shared_ptr<DriverStore> common_store(const MeshDispatch& mesh,
-                                          const std::vector<size_t>& called) {
-  std::shared_ptr<DriverStore> store;
-  for (size_t w : called) {
-    const auto& s = mesh.worker(w).state()->store;
-    if (!s) return nullptr;
-    store = s;
-  }
-  return store;
-}
+// How a worker's calls carry large values: kNoStore (attachments), DriverStore::kLocal or the
+// id of its host (through that host's agent).
+constexpr size_t kNoStore = static_cast<size_t>(-2);
+size_t target_of(const WorkerState& w) { return w.store ? w.store_target : kNoStore; }
 
-// Encodes `kwargs` once, through `store` when set (the objects used are added to `pins`).
-std::shared_ptr<const wire::EncodedKwargs> encode_via(const std::shared_ptr<DriverStore>& store,
-                                                      const Kwargs& kwargs,
+// Encodes `kwargs` once for workers of `target` (the objects used are added to `pins`).
+std::shared_ptr<const wire::EncodedKwargs> encode_for(const WorkerState& w, const Kwargs& kwargs,
                                                       std::vector<Bytes>& pins) {
   Map rewritten;
-  if (store && store->prepare(kwargs, rewritten, pins))
+  if (w.store && w.store->prepare(kwargs, rewritten, pins, w.store_target))
     return std::make_shared<const wire::EncodedKwargs>(wire::encode_kwargs(rewritten));
   return std::make_shared<const wire::EncodedKwargs>(wire::encode_kwargs(kwargs));
 }
@@ -130,9 +121,14 @@ MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwar
                                            const std::vector<std::string>& rank_0_axes) const {
   std::vector<size_t> called = plan_rank_0_only(sharding_, rank_0_axes);
   std::vector<Bytes> pins;
-  auto encoded = encode_via(common_store(*this, called), kwargs, pins);
+  std::map<size_t, std::shared_ptr<const wire::EncodedKwargs>> by_target;  // encoded once each
   std::vector<Future<Value>> futures;
-  for (size_t w : called) futures.push_back(worker(w).state()->call_encoded(method, encoded));
+  for (size_t w : called) {
+    const auto& state = worker(w).state();
+    auto& encoded = by_target[target_of(*state)];
+    if (!encoded) encoded = encode_for(*state, kwargs, pins);
+    futures.push_back(state->call_encoded(method, encoded));
+  }
   pin_until_done(futures, pins);
   return MultiWorkerFuture(std::move(futures), called, called);
 }
@@ -148,31 +144,34 @@ std::vector<ValueStream> MeshDispatch::streams(const std::string& method, const 
 MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs& data,
                                         const ShardedCallOptions& options) const {
   ShardedPlan plan = plan_sharded(sharding_, options);
-  std::shared_ptr<DriverStore> store = common_store(*this, plan.called);
   std::vector<Bytes> pins;
-  // Encode every distinct slice once (workers that differ only on replicated axes share one),
-  // and the dummy calls' nil arguments once, before calling anyone.
-  std::map<std::vector<int>, std::shared_ptr<const wire::EncodedKwargs>> slices;
-  std::shared_ptr<const wire::EncodedKwargs> dummy;
+  // Encode every distinct slice once per store target (workers that differ only on replicated
+  // axes share one), and the dummy calls' nil arguments once, before calling anyone.
+  std::map<std::pair<std::vector<int>, size_t>, std::shared_ptr<const wire::EncodedKwargs>> slices;
+  std::map<size_t, std::shared_ptr<const wire::EncodedKwargs>> dummies;
   std::vector<std::shared_ptr<const wire::EncodedKwargs>> args;
   args.reserve(plan.called.size());
-  for (const auto& slice : plan.slice_of) {
+  for (size_t i = 0; i < plan.called.size(); ++i) {
+    const auto& slice = plan.slice_of[i];
+    const auto& state = worker(plan.called[i]).state();
+    const size_t target = target_of(*state);
     if (!slice) {
+      auto& dummy = dummies[target];
       if (!dummy) {
         Kwargs nils;
         for (const auto& [k, v] : data) nils.emplace_back(k, Value());
-        dummy = encode_via(store, merge_kwargs(std::move(nils), options.common_kwargs), pins);
+        dummy = encode_for(*state, merge_kwargs(std::move(nils), options.common_kwargs), pins);
       }
       args.push_back(dummy);
       continue;
     }
-    auto& encoded = slices[*slice];
+    auto& encoded = slices[{*slice, target}];
     if (!encoded) {
       Kwargs kwargs;
       for (const auto& [k, v] : data)
         kwargs.emplace_back(k,
                             data_slice(v, *slice, options.in_sharded_axes, sharding_, method, k));
-      encoded = encode_via(store, merge_kwargs(std::move(kwargs), options.common_kwargs), pins);
+      encoded = encode_for(*state, merge_kwargs(std::move(kwargs), options.common_kwargs), pins);
     }
     args.push_back(encoded);
   }

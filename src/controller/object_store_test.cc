@@ -121,3 +121,45 @@ TEST_F(DriverStoreTest, NoAgentKeepsValuesInMemory) {
 
 }  // namespace
 }  // namespace troupe::internal
+
+namespace troupe::internal {
+namespace {
+
+// Workers on other hosts: the object goes to each host's agent once, whatever the number of
+// calls or workers there; the copies are freed with the object.
+TEST_F(DriverStoreTest, RemoteCopiesOncePerHost) {
+  auto remote1 = std::make_shared<troupe_test::FakeAgentClient>(1, "fake-1", AgentEvents{});
+  auto remote2 = std::make_shared<troupe_test::FakeAgentClient>(2, "fake-2", AgentEvents{});
+  DriverStore store(nullptr, 1024, [&](size_t host) -> std::shared_ptr<AgentClient> {
+    return host == 1 ? remote1 : remote2;
+  });
+  EXPECT_FALSE(store.enabled());
+  EXPECT_TRUE(store.remote_enabled());
+  ObjectRef ref = store.put(Bytes(std::vector<uint8_t>(4096, 4)));
+  EXPECT_TRUE(ref.name().empty());  // no store on the driver's host: kept in memory
+  std::vector<Bytes> pins;
+  for (size_t host : {1, 1, 2, 1, 2}) {
+    Map out;
+    ASSERT_TRUE(store.prepare(Map{{"data", ref}}, out, pins, host));
+    std::string name;
+    size_t size = 0;
+    ASSERT_TRUE(store::read_marker(out[0].second, name, size));
+    EXPECT_EQ(size, 4096u);
+  }
+  EXPECT_EQ(remote1->store_puts(), 1);
+  EXPECT_EQ(remote2->store_puts(), 1);
+  EXPECT_EQ(remote1->store_objects().size(), 1u);
+  pins.clear();
+  ref = ObjectRef();
+  EXPECT_TRUE(remote1->store_objects().empty());
+  EXPECT_TRUE(remote2->store_objects().empty());
+  // A large Bytes without put: copied for the call, freed with its pins.
+  Map out;
+  ASSERT_TRUE(store.prepare(Map{{"data", Bytes(std::vector<uint8_t>(2048, 5))}}, out, pins, 2));
+  EXPECT_EQ(remote2->store_objects().size(), 1u);
+  pins.clear();
+  EXPECT_TRUE(remote2->store_objects().empty());
+}
+
+}  // namespace
+}  // namespace troupe::internal

@@ -85,7 +85,8 @@ Future<Value> WorkerState::submit(QueuedCall call) {
   if (store && !call.encoded) {
     Map rewritten;
     try {
-      if (store->prepare(call.kwargs, rewritten, pins)) call.kwargs = std::move(rewritten);
+      if (store->prepare(call.kwargs, rewritten, pins, store_target))
+        call.kwargs = std::move(rewritten);
     } catch (const Error& e) {
       return make_failed_future(Error(
           e.code(), "method '" + call.method + "' of worker '" + name_ + "': " + e.message()));
@@ -153,7 +154,8 @@ void WorkerState::on_connected(std::shared_ptr<transport::RpcPeer> peer, const K
     }
     peer_ = peer;
     Map init_args{{"class", class_name_}, {"args", Value(ctor_args)}};
-    if (store && store->threshold() > 0) {  // large results come back through the store
+    if (store && store_target == DriverStore::kLocal && store->threshold() > 0) {
+      // Large results come back through the store of this host.
       peer->set_response_filter([](Value& v) { store::resolve_markers(v, /*remove=*/true); });
       init_args.emplace_back("store_threshold", static_cast<int64_t>(store->threshold()));
     }

@@ -84,10 +84,13 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   // and rank it belongs to (empty / -1 outside a group).
   std::weak_ptr<AgentClient> agent;
   std::string agent_name;  // the name its agent knows it by (ClusterImpl::id_prefix() + name)
-  // The driver's object store when this worker's host shares it (same network id), else null:
-  // its calls' large Bytes and ObjectRefs then go as markers (pinned until the call completes)
-  // and its large results come back through the store.
+  // The driver's object store (null: none for this worker): its calls' large Bytes and
+  // ObjectRefs go as markers (pinned until the call completes); when it shares the driver's
+  // host, its large results come back through the store.
   std::shared_ptr<DriverStore> store;
+  // DriverStore::kLocal when the worker shares the driver's host, else its host id (objects go
+  // to its agent once per host).
+  size_t store_target = DriverStore::kLocal;
   std::string group;
   int rank = -1;
   // Set once at creation: called once, on whichever thread marks the worker dead, with no lock

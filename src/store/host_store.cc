@@ -32,6 +32,17 @@ std::string HostStore::reserve(int64_t size, const void* client) {
   return name;
 }
 
+std::string HostStore::put(const Bytes& data, const void* client) {
+  std::string name = reserve(static_cast<int64_t>(data.size()), client);
+  try {
+    create_object(dir_, name, data.data(), data.size());
+  } catch (...) {
+    free(name);
+    throw;
+  }
+  return name;
+}
+
 bool HostStore::free(const std::string& name) {
   auto it = objects_.find(name);
   if (it == objects_.end()) return false;
@@ -78,6 +89,10 @@ bool HostStore::handle(const wire::Request& r, const transport::Responder& resp,
   if (r.method == control::StoreReserve::kMethod) {
     resp.reply(
         control::StoreReserve::reply(reserve(control::StoreReserve::from(r.kwargs).size, client)));
+    return true;
+  }
+  if (r.method == control::StorePut::kMethod) {
+    resp.reply(Value(put(control::StorePut::from(r.kwargs).data, client)));
     return true;
   }
   if (r.method == control::StoreFree::kMethod) {

@@ -42,8 +42,12 @@ class HostStore {
   void release_all();
   wire::control::StoreUsage usage() const;
 
-  // Serves store_reserve, store_free and store_usage from `client`; returns false for any other
-  // method (the caller dispatches it). Errors go to `resp`.
+  // Reserves room for `data` and writes it into a new object of `client`; returns its name.
+  // Throws like reserve(), and kOutOfMemory when the directory itself is full.
+  std::string put(const Bytes& data, const void* client);
+
+  // Serves store_reserve, store_put, store_free and store_usage from `client`; returns false for
+  // any other method (the caller dispatches it). Errors go to `resp`.
   bool handle(const wire::Request& request, const transport::Responder& resp, const void* client);
 
  private:

@@ -228,6 +228,11 @@ StoreReserve StoreReserve::from(const Value& kwargs) {
   return m;
 }
 
+StorePut StorePut::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  return StorePut{f.required<Bytes>("data")};
+}
+
 StoreFree StoreFree::from(const Value& kwargs) {
   FieldReader f(kMethod, kwargs);
   return StoreFree{f.required<std::string>("name")};

@@ -175,6 +175,15 @@ struct StoreReserve {
   static StoreReserve from(const Value& kwargs);
 };
 
+// A driver on another host sends an object's bytes once (as one attachment); the agent writes
+// its own copy, accounted like a reservation of that driver. Reply: the copy's name.
+struct StorePut {
+  static constexpr const char* kMethod = "store_put";
+  Bytes data;
+  Map to_map() const { return Map{{"data", data}}; }
+  static StorePut from(const Value& kwargs);
+};
+
 struct StoreFree {
   static constexpr const char* kMethod = "store_free";
   std::string name;
