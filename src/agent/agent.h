@@ -12,7 +12,8 @@
 //   release_ports {owner}                    -> count
 //   (start_worker also takes take_ports: [port], released to the worker just before it starts)
 //   shutdown     {}                          -> nil, then every worker is stopped and it exits
-//   store_reserve {size} -> name; store_free {name} -> bool; store_usage {} -> StoreUsage
+//   store_reserve {size} -> name; store_put {data} -> name (writes the object itself);
+//   store_free {name} -> bool; store_usage {} -> StoreUsage
 //                (the host's object store, store/host_store.h: objects a client reserved are
 //                removed when it frees them, when its connection closes and when the agent
 //                exits; at start the agent removes the objects of dead agents)
