@@ -514,26 +514,6 @@ void ClusterImpl::wait_agents_exit(std::chrono::milliseconds timeout) {
   }
 }
 
-void ClusterImpl::make_store() {
-  std::shared_ptr<AgentClient> local;
-  {
-    std::lock_guard<std::mutex> lock(hosts_mu_);
-    for (const auto& a : agents_)
-      if (a.same_network && a.client && !a.client->closed()) {
-        local = a.client;
-        break;
-      }
-  }
-  // Workers on other hosts get objects through their agents (once per host).
-  store_ = std::make_shared<DriverStore>(local, options_.object_store_threshold,
-                                         [this](size_t host) { return agent(host); });
-}
-
-ObjectStoreUsage ClusterImpl::object_store_usage(size_t host, std::chrono::milliseconds timeout) {
-  auto u = agent(host)->store_usage().get(timeout);
-  return ObjectStoreUsage{u.objects, u.bytes, u.capacity, u.files};
-}
-
 void ClusterImpl::shutdown() {
   std::lock_guard<std::mutex> serial(shutdown_mu_);
   if (standing_) return shutdown_standing();
@@ -597,9 +577,5 @@ std::vector<HostMemory> Cluster::host_memory(std::chrono::milliseconds timeout) 
 }
 const std::string& Cluster::session_dir() const { return impl_->session_dir(); }
 void Cluster::shutdown() { impl_->shutdown(); }
-ObjectRef Cluster::put(const Bytes& data) { return impl_->store().put(data); }
-ObjectStoreUsage Cluster::object_store_usage(size_t host, std::chrono::milliseconds timeout) const {
-  return impl_->object_store_usage(host, timeout);
-}
 
 }  // namespace troupe
