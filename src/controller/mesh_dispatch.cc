@@ -124,7 +124,8 @@ MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwar
   std::map<size_t, std::shared_ptr<const wire::EncodedKwargs>> by_target;  // encoded once each
   std::vector<Future<Value>> futures;
   for (size_t w : called) {
-    const auto& state = worker(w).state();
+    const std::shared_ptr<WorkerState> state =
+        worker(w).state();  // a copy: worker() is a temporary
     auto& encoded = by_target[target_of(*state)];
     if (!encoded) encoded = encode_for(*state, kwargs, pins);
     futures.push_back(state->call_encoded(method, encoded));
@@ -153,7 +154,8 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
   args.reserve(plan.called.size());
   for (size_t i = 0; i < plan.called.size(); ++i) {
     const auto& slice = plan.slice_of[i];
-    const auto& state = worker(plan.called[i]).state();
+    const std::shared_ptr<WorkerState> state =
+        worker(plan.called[i]).state();  // a copy: worker() is a temporary
     const size_t target = target_of(*state);
     if (!slice) {
       auto& dummy = dummies[target];
