@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -100,10 +101,17 @@ Bytes create_object(const std::string& dir, const std::string& name, const uint8
     if (err != 0)
       throw fail(err == ENOSPC ? ErrorCode::kOutOfMemory : ErrorCode::kInternal,
                  "cannot reserve " + std::to_string(size) + " bytes for store object", err);
-    void* w = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (w == MAP_FAILED) throw fail(ErrorCode::kInternal, "cannot map store object", errno);
-    std::memcpy(w, data, size);
-    ::munmap(w, size);
+    // write(2), not a writable mapping: the pages are the file's, never counted in the
+    // writer's resident memory (a driver's peak RSS does not grow by the object).
+    size_t done = 0;
+    while (done < size) {
+      ssize_t n = ::pwrite(fd, data + done, std::min<size_t>(size - done, size_t{1} << 30),
+                           static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        throw fail(ErrorCode::kInternal, "cannot write store object", n < 0 ? errno : EIO);
+      done += static_cast<size_t>(n);
+    }
   }
   try {
     Bytes out = wrap_mapping(fd, size);
