@@ -11,6 +11,8 @@
 // Threads: thread-safe; callbacks run on the thread that calls the function triggering them.
 #pragma once
 
+#include <unistd.h>
+
 #include <map>
 #include <memory>
 #include <mutex>
@@ -112,6 +114,49 @@ class FakeAgentClient : public troupe::internal::AgentClient {
                 control::MemoryReply{int64_t{16} << 30, int64_t{8} << 30, {}}.to_value()),
             &control::MemoryReply::from};
   }
+  // Object store: names "troupe-<this pid>-<hex>" accounted against store_capacity; no files.
+  int64_t store_capacity = int64_t{1} << 30;
+  std::map<std::string, int64_t> store_objects() const { return locked(store_objects_); }
+  troupe::internal::AgentReply<std::string> store_reserve(int64_t size) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return {failed(), &control::StoreReserve::reply_from};
+    int64_t used = 0;
+    for (const auto& [n, s] : store_objects_) used += s;
+    if (size > store_capacity - used)
+      return {troupe::make_failed_future(
+                  troupe::Error(troupe::ErrorCode::kOutOfMemory, "fake store is full")),
+              &control::StoreReserve::reply_from};
+    std::string name = "troupe-" + std::to_string(::getpid()) + "-" +
+                       std::string(32 - std::to_string(next_object_).size(), '0') +
+                       std::to_string(next_object_);
+    ++next_object_;
+    store_objects_[name] = size;
+    return {troupe::make_ready_future(control::StoreReserve::reply(name)),
+            &control::StoreReserve::reply_from};
+  }
+  // Accounted like a reservation (no file is written); store_puts() counts them.
+  troupe::internal::AgentReply<std::string> store_put(const troupe::Bytes& data) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++store_puts_;
+    }
+    return store_reserve(static_cast<int64_t>(data.size()));
+  }
+  int store_puts() const { return locked(store_puts_); }
+  troupe::internal::AgentReply<troupe::Value> store_free(const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    bool had = store_objects_.erase(name) > 0;
+    return {troupe::make_ready_future(troupe::Value(had)),
+            [](const troupe::Value& v) { return v; }};
+  }
+  troupe::internal::AgentReply<control::StoreUsage> store_usage() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    control::StoreUsage u;
+    u.objects = static_cast<int64_t>(store_objects_.size());
+    for (const auto& [n, s] : store_objects_) u.bytes += s;
+    u.capacity = store_capacity;
+    return {troupe::make_ready_future(u.to_value()), &control::StoreUsage::from};
+  }
   troupe::internal::AgentReply<troupe::Value> shutdown() override {
     return {troupe::make_ready_future(troupe::Value()), [](const troupe::Value& v) { return v; }};
   }
@@ -163,6 +208,9 @@ class FakeAgentClient : public troupe::internal::AgentClient {
   std::vector<control::ReleasePorts> port_releases_;
   std::set<int> taken_;
   std::map<std::string, std::vector<int>> held_;
+  std::map<std::string, int64_t> store_objects_;
+  int next_object_ = 0;
+  int store_puts_ = 0;
 };
 
 // Hands out FakeAgentClients as ClusterImpl connects to agents, and remembers them.

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -34,6 +36,8 @@ inline std::optional<std::string> getenv_of(const std::string& name) {
 //   echo(x) -> {"rank": RANK, "x": x}
 //   sleep_ms(ms) -> "slept"
 //   say(text) -> nil, after writing `text` as a line to stdout
+//   digest(data) -> {"rank": RANK, "size": n, "sum": sum of data's 8-byte words (mod 2^63),
+//                    "mapped": whether data's pages are a store object (/dev/shm/troupe-*)}
 //   rendezvous() -> "ok": rank 0 listens on MASTER_PORT (all addresses) and takes one byte from
 //                   each of the other WORLD_SIZE-1 ranks, which connect to MASTER_ADDR:MASTER_PORT
 //                   (as torch.distributed's TCPStore does); anything else is the failure text
@@ -42,6 +46,26 @@ class HostProbe {
   std::optional<std::string> env(std::string name) { return getenv_of(name); }
   Value echo(Value x) {
     return Map{{"rank", std::atoi(getenv_of("RANK").value_or("-1").c_str())}, {"x", std::move(x)}};
+  }
+  Value digest(troupe::Bytes data) {
+    uint64_t sum = 0;
+    for (size_t i = 0; i + 8 <= data.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, data.data() + i, 8);
+      sum += w;
+    }
+    bool mapped = false;
+    std::ifstream maps("/proc/self/maps");
+    auto a = reinterpret_cast<uintptr_t>(data.data());
+    for (std::string line; std::getline(maps, line);) {
+      uintptr_t lo = 0, hi = 0;
+      if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2 && a >= lo && a < hi)
+        mapped = line.find("/dev/shm/troupe-") != std::string::npos;
+    }
+    return Map{{"rank", std::atoi(getenv_of("RANK").value_or("-1").c_str())},
+               {"size", static_cast<int64_t>(data.size())},
+               {"sum", static_cast<int64_t>(sum >> 1)},
+               {"mapped", mapped}};
   }
   std::string sleep_ms(int ms) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
@@ -108,6 +132,7 @@ TROUPE_WORKER_CLASS_NAMED(troupe_test::HostProbe, "HostProbe", cls) {
   cls.method("env", &troupe_test::HostProbe::env, {"name"});
   cls.method("echo", &troupe_test::HostProbe::echo, {"x"});
   cls.method("sleep_ms", &troupe_test::HostProbe::sleep_ms, {"ms"});
+  cls.method("digest", &troupe_test::HostProbe::digest, {"data"});
   cls.method("say", &troupe_test::HostProbe::say, {"text"});
   cls.method("rendezvous", &troupe_test::HostProbe::rendezvous, {});
 }

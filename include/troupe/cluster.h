@@ -23,6 +23,7 @@
 
 #include "troupe/error.h"
 #include "troupe/future.h"
+#include "troupe/object_ref.h"
 #include "troupe/stream.h"
 #include "troupe/value.h"
 
@@ -89,6 +90,14 @@ struct ClusterOptions {
   std::chrono::milliseconds heartbeat_interval{100};
   std::chrono::milliseconds host_lost_timeout{700};
 
+  // The object store (README "Large arguments: the object store"). A Bytes argument of at least
+  // `object_store_threshold` bytes (0: none; only ObjectRefs) goes to workers on the driver's
+  // host through shared memory, and so do such results; each embedded agent accounts for at
+  // most `object_store_memory` bytes of objects (0: 30 % of the host's MemTotal). A standing
+  // cluster's agents take theirs from `troupe start --object-store-memory`.
+  size_t object_store_threshold = size_t{1} << 20;
+  int64_t object_store_memory = 0;
+
   // `num_hosts` simulated hosts with the given declared resources each.
   static ClusterOptions local(size_t num_hosts, int gpus_per_host = 0, double cpus_per_host = 0);
   // A standing cluster's head at `address` ("HOST:PORT").
@@ -113,6 +122,14 @@ struct HostMemory {
   // Resident memory of each worker group's processes on this host (groups are registered when
   // created and forgotten when shut down).
   std::map<std::string, int64_t> group_bytes;
+};
+
+// What the object store of one host's agent accounts for.
+struct ObjectStoreUsage {
+  int64_t objects = 0;   // live objects reserved through this agent
+  int64_t bytes = 0;     // their bytes
+  int64_t capacity = 0;  // the agent's limit
+  int64_t files = 0;     // files named for this agent in /dev/shm (results not yet taken too)
 };
 
 struct WorkerOptions {
@@ -222,6 +239,16 @@ class Cluster {
   // that do not answer in time are left out.
   std::vector<HostMemory> host_memory(
       std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+
+  // Writes `data` once into the object store of the driver's host and returns a reference to
+  // pass as an argument (see object_ref.h). Blocks for one request to the host's agent. Throws
+  // Error(kOutOfMemory) when the store is full (naming requested, used and capacity bytes),
+  // kShutdown after shutdown(). Without an agent on the driver's host the reference holds the
+  // bytes in memory and they travel as an ordinary argument. Thread-safe.
+  ObjectRef put(const Bytes& data);
+  // The object store usage of `host`'s agent. Blocks at most `timeout`; throws its Error.
+  ObjectStoreUsage object_store_usage(
+      size_t host, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
 
   // Stops every worker (SIGTERM, then SIGKILL after a grace period), then every agent; waits
   // for all of them. On a standing cluster the agents and head keep running: only this

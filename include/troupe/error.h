@@ -25,6 +25,7 @@ enum class ErrorCode : int {
   kShutdown,             // the cluster or worker was shut down
   kHostLost,             // the worker's host stopped answering (heartbeats) or was cut off
   kInternal,
+  kOutOfMemory,  // the object store of a host has no room (requested, used, capacity named)
 };
 
 // Stable lower-case name of a code ("worker_died"); used on the wire and in messages.

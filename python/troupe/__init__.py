@@ -33,6 +33,7 @@ from troupe._errors import (
     InternalError,
     InvalidArgumentError,
     MethodFailedError,
+    OutOfMemoryError,
     ProtocolError,
     ResourceUnavailableError,
     ShutdownError,
@@ -55,4 +56,5 @@ __all__ = [
     "MethodFailedError", "ConstructorFailedError", "WorkerDiedError", "ConnectionLostError",
     "TimeoutError", "ProtocolError", "UnauthenticatedError", "ExecutableNotFoundError",
     "ResourceUnavailableError", "ShutdownError", "HostLostError", "InternalError",
+    "OutOfMemoryError",
 ]

@@ -118,12 +118,20 @@ class InternalError(TroupeError):
     code = "internal"
 
 
+class OutOfMemoryError(TroupeError):
+    """A host's object store has no room (the message names the bytes requested, used and the
+    capacity, and the host)."""
+
+    code = "out_of_memory"
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (InvalidArgumentError, UnknownClassError, UnknownMethodError, MethodFailedError,
                 ConstructorFailedError, WorkerDiedError, ConnectionLostError, TimeoutError,
                 ProtocolError, UnauthenticatedError, ExecutableNotFoundError,
-                ResourceUnavailableError, ShutdownError, HostLostError, InternalError)
+                ResourceUnavailableError, ShutdownError, HostLostError, InternalError,
+                OutOfMemoryError)
 }
 
 _REMOTE = re.compile(r"raised ([\w.]+): (.*?)\n(Traceback.*)?\Z", re.S)

@@ -21,6 +21,8 @@
 #include "common/private_dir.h"
 #include "common/proc_stats.h"
 #include "common/token.h"
+#include "store/host_store.h"
+#include "store/shm_object.h"
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
 #include "wire/control.h"
@@ -88,6 +90,10 @@ class Agent {
           config_.token, on_conn);
       tcp_listener_ =
           transport::Listener::start(io_, "tcp:" + config_.address + ":0", config_.token, on_conn);
+      store_ = std::make_unique<store::HostStore>(store::store_dir(), ::getpid(),
+                                                  config_.object_store_memory, config_.host_name);
+      if (size_t n = store_->sweep())
+        TROUPE_LOG(Info) << "removed " << n << " store object(s) of agents that are gone";
     } catch (const Error& e) {
       TROUPE_LOG(Error) << e.message();
       return 3;
@@ -108,6 +114,7 @@ class Agent {
     io_.restart();
     io_.poll();
     fork_server_.reset();  // FS-5: it exits on its socket's EOF; waited for
+    store_->release_all();
     remove_sockets();
     return exit_code_;
   }
@@ -215,12 +222,15 @@ class Agent {
     h.on_request = [this, peer](wire::Request&& r, const transport::Responder& resp) {
       handle(std::move(r), resp, *peer);
     };
-    h.on_close = [this, peer](const Error& reason) {
+    auto key = std::make_shared<const void*>(nullptr);  // the client's identity for the store
+    h.on_close = [this, peer, key](const Error& reason) {
       clients_.erase(*peer);
+      store_->release_client(*key);
       if (config_.standing) stop_workers_of(peer->lock().get(), reason);
     };
     auto p = transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h));
     *peer = p;
+    *key = p.get();
     clients_.insert(p);
     if (config_.standing && config_.heartbeat_interval.count() > 0)
       p->start_heartbeat(config_.heartbeat_interval, config_.heartbeat_timeout);
@@ -249,6 +259,7 @@ class Agent {
       if (r.method == control::StopWorker::kMethod)
         return stop_worker(control::StopWorker::from(r.kwargs), resp);
       if (r.method == "list_workers") return list_workers(resp);
+      if (store_->handle(r, resp, from.lock().get())) return;
       if (r.method == control::Shutdown::kMethod) {
         shutdown_requested_ = true;
         resp.reply(Value());
@@ -267,10 +278,12 @@ class Agent {
       if (r.method == control::ReleasePorts::kMethod)
         return resp.reply(control::ReleasePorts::reply(
             static_cast<int64_t>(ports_.release(control::ReleasePorts::from(r.kwargs).owner))));
-      resp.fail(Error(ErrorCode::kUnknownMethod,
-                      "agent " + config_.host_name + " has no method '" + r.method +
-                          "' (start_worker, stop_worker, list_workers, reserve_ports, "
-                          "release_ports, memory, gpu_state, shutdown, ping)"));
+      resp.fail(
+          Error(ErrorCode::kUnknownMethod,
+                "agent " + config_.host_name + " has no method '" + r.method +
+                    "' (start_worker, stop_worker, list_workers, reserve_ports, "
+                    "release_ports, memory, gpu_state, store_reserve, store_free, store_usage, "
+                    "shutdown, ping)"));
     } catch (const Error& e) {
       resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
                       "agent " + config_.host_name + ": " + r.method + ": " + e.message()));
@@ -352,6 +365,7 @@ class Agent {
     vars[worker_env::kRole] = "worker";
     vars[worker_env::kName] = name;
     vars[worker_env::kHostName] = config_.host_name;
+    vars[worker_env::kStoreOwner] = std::to_string(::getpid());
     std::string unix_ep = "unix:" + config_.socket_dir + "/" + config_.host_name + "-w" +
                           std::to_string(next_socket_++) + ".sock";
     vars[worker_env::kUnixEndpoint] = unix_ep;
@@ -556,6 +570,7 @@ class Agent {
   fs::UniqueFd logs_dir_;
   PortBook ports_;
   std::unique_ptr<ForkServer> fork_server_;  // of the agent's own executable; see fork_server.h
+  std::unique_ptr<store::HostStore> store_;
   int next_socket_ = 0;
   bool shutting_down_ = false;
   bool registered_once_ = false;
@@ -582,6 +597,7 @@ AgentConfig config_from_environment() {
   c.token = token::from_environment();
   c.log_to_terminal = env::get_or(agent_env::kLogToTerminal, "1") != "0";
   c.fork_server = env::get_or(agent_env::kForkServer, "1") != "0";
+  c.object_store_memory = std::stoll(env::get_or(agent_env::kObjectStoreMemory, "0"));
   return c;
 }
 

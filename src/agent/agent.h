@@ -14,6 +14,11 @@
 //   release_ports {owner}                    -> count
 //   (start_worker also takes take_ports: [port], released to the worker just before it starts)
 //   shutdown     {}                          -> nil, then every worker is stopped and it exits
+//   store_reserve {size} -> name; store_put {data} -> name (writes the object itself);
+//   store_free {name} -> bool; store_usage {} -> StoreUsage
+//                (the host's object store, store/host_store.h: objects a client reserved are
+//                removed when it frees them, when its connection closes and when the agent
+//                exits; at start the agent removes the objects of dead agents)
 // Events it sends to every connected client:
 //   worker_exited {name, pid, status, exit_code, signal, stderr_tail}
 //
@@ -31,6 +36,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <set>
@@ -70,6 +76,8 @@ struct AgentConfig {
   // Start workers of the agent's own executable through a fork server (fork_server.h); other
   // executables, wrapped workers and workers with arguments are exec'd either way.
   bool fork_server = true;
+  // The object store's capacity in bytes (store/host_store.h); <= 0: 30 % of MemTotal.
+  int64_t object_store_memory = 0;
 };
 
 // Reads the configuration that the driver (or `troupe start`) put in the environment.
@@ -88,8 +96,9 @@ constexpr const char* kLabels = "TROUPE_AGENT_LABELS";   // k=v,k=v
 constexpr const char* kHead = "TROUPE_HEAD";
 constexpr const char* kSessionDir = "TROUPE_SESSION_DIR";
 constexpr const char* kSocketDir = "TROUPE_SOCKET_DIR";
-constexpr const char* kLogToTerminal = "TROUPE_LOG_TO_DRIVER";  // "0" turns it off
-constexpr const char* kForkServer = "TROUPE_FORK_SERVER";       // "0" turns it off
+constexpr const char* kLogToTerminal = "TROUPE_LOG_TO_DRIVER";            // "0" turns it off
+constexpr const char* kForkServer = "TROUPE_FORK_SERVER";                 // "0" turns it off
+constexpr const char* kObjectStoreMemory = "TROUPE_OBJECT_STORE_MEMORY";  // bytes
 }  // namespace agent_env
 
 }  // namespace troupe::agent

@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
           "GPUs this host offers (default: CUDA_VISIBLE_DEVICES, else NVML's count, else none)")
       ->check(CLI::NonNegativeNumber);
   start_cmd->add_option("--labels", labels, "host labels, k=v,k=v");
+  start_cmd
+      ->add_option("--object-store-memory", agent.object_store_memory,
+                   "bytes of this host's object store (default: 30% of MemTotal)")
+      ->check(CLI::NonNegativeNumber);
   start_cmd->add_option("--host-name", agent.host_name, "this host's name (default: hostname)");
   start_cmd->add_flag("--block", head.block, "stay in the foreground");
   start_cmd

@@ -28,6 +28,7 @@
 #include "common/process.h"
 #include "common/token.h"
 #include "head/head.h"
+#include "store/shm_object.h"
 #include "transport/io_loop.h"
 #include "troupe/error.h"
 
@@ -368,6 +369,7 @@ int run_start_agent(const StartAgentOptions& o) {
     c.heartbeat_interval = std::chrono::milliseconds(o.heartbeat_ms);
     c.heartbeat_timeout = std::chrono::milliseconds(o.host_lost_ms);
     c.exit_without_head = o.slurm;
+    c.object_store_memory = o.object_store_memory;
     const std::string log = dir + "/agent-" + c.host_name + ".log";
     const std::string pidfile = dir + "/agent-" + c.host_name + ".pid";
     auto body = [&](int ready_fd) -> int {
@@ -465,6 +467,9 @@ int run_stop() {
       for (const auto& path : *list) ::unlink(path.c_str());
     }
     std::printf("%d troupe daemon(s) stopped\n", stopped);
+    // Store objects of agents that are gone (killed with SIGKILL before this stop).
+    if (size_t n = store::sweep_stale(store::store_dir()))
+      std::printf("removed %zu stale object store file(s)\n", n);
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "troupe stop: %s\n", e.what());

@@ -3,6 +3,7 @@
 // user's run directory, $TMPDIR/troupe-<uid>/standing (mode 0700), which `troupe stop` reads.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -44,7 +45,8 @@ struct StartAgentOptions {
   bool block = false;
   int heartbeat_ms = kDefaultHeartbeatMs;  // as for the head
   int host_lost_ms = kDefaultHostLostMs;
-  std::string run_dir_name;  // as for the head
+  std::string run_dir_name;         // as for the head
+  int64_t object_store_memory = 0;  // bytes of the object store; 0: 30 % of MemTotal
   // An agent of `troupe slurm`, started by srun in a job step: what is not given comes from
   // Slurm (host name SLURMD_NODENAME; address the node's NodeAddr, else this host's; CPUs and
   // GPUs of the step, see slurm_env.h; run directory "standing-job<SLURM_JOB_ID>"). It exits,

@@ -5,7 +5,7 @@
 
 namespace troupe {
 namespace {
-constexpr std::array<std::pair<ErrorCode, const char*>, 16> kNames = {{
+constexpr std::array<std::pair<ErrorCode, const char*>, 17> kNames = {{
     {ErrorCode::kOk, "ok"},
     {ErrorCode::kInvalidArgument, "invalid_argument"},
     {ErrorCode::kUnknownClass, "unknown_class"},
@@ -22,6 +22,7 @@ constexpr std::array<std::pair<ErrorCode, const char*>, 16> kNames = {{
     {ErrorCode::kShutdown, "shutdown"},
     {ErrorCode::kHostLost, "host_lost"},
     {ErrorCode::kInternal, "internal"},
+    {ErrorCode::kOutOfMemory, "out_of_memory"},
 }};
 }  // namespace
 

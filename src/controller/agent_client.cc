@@ -63,6 +63,25 @@ class RpcAgentClient : public AgentClient, public std::enable_shared_from_this<R
   AgentReply<control::MemoryReply> memory() override {
     return {peer_->call(control::Memory::kMethod, {}, "memory"), &control::MemoryReply::from};
   }
+  AgentReply<std::string> store_reserve(int64_t size) override {
+    return {peer_->call(control::StoreReserve::kMethod, control::StoreReserve{size}.to_map(),
+                        "object store reservation of " + std::to_string(size) + " bytes"),
+            &control::StoreReserve::reply_from};
+  }
+  AgentReply<std::string> store_put(const Bytes& data) override {
+    return {peer_->call(control::StorePut::kMethod, control::StorePut{data}.to_map(),
+                        "object store copy of " + std::to_string(data.size()) + " bytes"),
+            &control::StoreReserve::reply_from};
+  }
+  AgentReply<Value> store_free(const std::string& name) override {
+    return {peer_->call(control::StoreFree::kMethod, control::StoreFree{name}.to_map(),
+                        "object store free"),
+            &as_is};
+  }
+  AgentReply<control::StoreUsage> store_usage() override {
+    return {peer_->call(control::StoreUsage::kMethod, {}, "object store usage"),
+            &control::StoreUsage::from};
+  }
   AgentReply<Value> shutdown() override {
     return {peer_->call(control::Shutdown::kMethod, {}, "agent shutdown"), &as_is};
   }

@@ -79,6 +79,13 @@ class AgentClient {
   virtual AgentReply<std::vector<std::string>> gpu_state(
       const wire::control::GpuState& request) = 0;
   virtual AgentReply<wire::control::MemoryReply> memory() = 0;
+  // Object store (store/host_store.h): room for an object of `size` bytes, answered with its
+  // name or Error(kOutOfMemory); the end of an object's account (its file is removed); usage.
+  virtual AgentReply<std::string> store_reserve(int64_t size) = 0;
+  virtual AgentReply<Value> store_free(const std::string& name) = 0;
+  // Sends `data` for the agent to keep as an object of its host; the reply is its name.
+  virtual AgentReply<std::string> store_put(const Bytes& data) = 0;
+  virtual AgentReply<wire::control::StoreUsage> store_usage() = 0;
   // Asks the agent to stop every worker and exit (embedded cluster only: a standing agent serves
   // other drivers).
   virtual AgentReply<Value> shutdown() = 0;

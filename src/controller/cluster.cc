@@ -75,6 +75,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
     head_client_ = make_embedded_head_client(*head_);
     start_agents();
     connect_agents();
+    make_store();
     head_->set_status_provider([this] { return status(); });
   } catch (...) {
     shutdown();
@@ -96,6 +97,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options, std::unique_ptr<HeadClient> hea
   id_prefix_ += ".";
   try {
     attach_hosts();
+    make_store();
   } catch (...) {
     shutdown();
     throw;
@@ -143,6 +145,8 @@ void ClusterImpl::start_agents() {
     vars[agent::agent_env::kSessionDir] = session_dir_;
     vars[agent::agent_env::kSocketDir] = session_.socket_dir;
     vars[agent::agent_env::kLogToTerminal] = options_.log_to_driver ? "1" : "0";
+    if (options_.object_store_memory > 0)
+      vars[agent::agent_env::kObjectStoreMemory] = std::to_string(options_.object_store_memory);
     vars.erase("TROUPE_TOKEN");
     if (env::get("TROUPE_TOKEN"))
       vars["TROUPE_TOKEN"] = token_;  // the user chose to pass it this way
@@ -298,6 +302,10 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
                                            options.host, host_name);
     worker->agent = agent_client;
     worker->agent_name = id_prefix_ + options.name;
+    if (store_ && (same_network ? store_->enabled() : store_->remote_enabled())) {
+      worker->store = store_;
+      worker->store_target = same_network ? DriverStore::kLocal : options.host;
+    }
     worker->group = options.group;
     worker->rank = options.rank;
     std::weak_ptr<WorkerState> weak = worker;
@@ -517,6 +525,7 @@ void ClusterImpl::shutdown() {
     workers = workers_;
   }
   if (!loop_) return;
+  if (store_) store_->shutdown();
   // Calls fail with kShutdown from here on, whatever the workers' exits look like.
   for (auto& [name, w] : workers)
     w->mark_dead(Error(ErrorCode::kShutdown, w->describe() + " was shut down with the cluster"));

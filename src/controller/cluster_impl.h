@@ -23,6 +23,7 @@
 
 #include "controller/agent_client.h"
 #include "controller/head_client.h"
+#include "controller/object_store.h"
 #include "controller/session_dir.h"
 #include "controller/worker_state.h"
 #include "head/head.h"
@@ -86,6 +87,10 @@ class ClusterImpl {
   // For releases and stops, which have nothing to undo on a host that is gone.
   std::shared_ptr<AgentClient> connected_agent(size_t host) const;
   void shutdown();
+  // The driver's object store (never null once constructed; disabled without an agent on this
+  // host).
+  DriverStore& store() { return *store_; }
+  ObjectStoreUsage object_store_usage(size_t host, std::chrono::milliseconds timeout);
   std::vector<HostMemory> host_memory(std::chrono::milliseconds timeout) const;
   // Worker groups whose memory host_memory reports.
   void register_group(const std::string& name);
@@ -129,6 +134,8 @@ class ClusterImpl {
   void wait_agents_exit(std::chrono::milliseconds timeout);
 
   void forget(const std::shared_ptr<WorkerState>& worker);
+  // Makes store_ over the first agent on this host's network (none: a disabled store).
+  void make_store();
 
   ClusterOptions options_;
   SessionPaths session_;
@@ -141,6 +148,7 @@ class ClusterImpl {
   std::string id_prefix_;
   std::shared_ptr<transport::RpcPeer> head_peer_;  // standing: the connection to the head
   std::unique_ptr<HeadClient> head_client_;
+  std::shared_ptr<DriverStore> store_;  // set once agents are connected
   AgentConnector connect_;  // how agents are reached (make_agent_connector unless injected)
   // Guards agents_ and host_records_, which grow when hosts join a standing cluster. Never held
   // while waiting for the I/O thread.

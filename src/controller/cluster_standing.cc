@@ -66,6 +66,7 @@ void ClusterImpl::connect_standing(const std::string& address) {
   head_peer_->start_heartbeat(options_.heartbeat_interval, options_.host_lost_timeout);
   head_client_ = make_remote_head_client(head_peer_, address, kHeadRequestTimeout);
   attach_hosts();
+  make_store();
 }
 
 void ClusterImpl::attach_hosts() {
@@ -167,6 +168,7 @@ void ClusterImpl::shutdown_standing() {
   if (!loop_) return;
   for (auto& w : workers)
     w->mark_dead(Error(ErrorCode::kShutdown, w->describe() + " was shut down with the cluster"));
+  if (store_) store_->shutdown();
   // Only this driver's workers stop; the head and the agents keep serving other drivers.
   stop_workers(workers, kStandingStopGrace);
   std::vector<std::shared_ptr<AgentClient>> clients;

@@ -9,6 +9,30 @@
 
 namespace troupe::internal {
 
+namespace {
+
+// How a worker's calls carry large values: kNoStore (attachments), DriverStore::kLocal or the
+// id of its host (through that host's agent).
+constexpr size_t kNoStore = static_cast<size_t>(-2);
+size_t target_of(const WorkerState& w) { return w.store ? w.store_target : kNoStore; }
+
+// Encodes `kwargs` once for workers of `target` (the objects used are added to `pins`).
+std::shared_ptr<const wire::EncodedKwargs> encode_for(const WorkerState& w, const Kwargs& kwargs,
+                                                      std::vector<Bytes>& pins) {
+  Map rewritten;
+  if (w.store && w.store->prepare(kwargs, rewritten, pins, w.store_target))
+    return std::make_shared<const wire::EncodedKwargs>(wire::encode_kwargs(rewritten));
+  return std::make_shared<const wire::EncodedKwargs>(wire::encode_kwargs(kwargs));
+}
+
+// Holds `pins` until each call of `futures` has completed (however it completed).
+void pin_until_done(const std::vector<Future<Value>>& futures, const std::vector<Bytes>& pins) {
+  if (pins.empty()) return;
+  for (const auto& f : futures) f.then([pins](const Future<Value>&) {});
+}
+
+}  // namespace
+
 MeshDispatch::MeshDispatch(std::shared_ptr<WorkerGroupImpl> group, std::vector<size_t> members,
                            NamedSharding sharding)
     : group_(std::move(group)), members_(std::move(members)), sharding_(std::move(sharding)) {}
@@ -96,9 +120,17 @@ MultiWorkerFuture MeshDispatch::multiple(const std::string& method, const Kwargs
 MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwargs& kwargs,
                                            const std::vector<std::string>& rank_0_axes) const {
   std::vector<size_t> called = plan_rank_0_only(sharding_, rank_0_axes);
-  auto encoded = std::make_shared<const wire::EncodedKwargs>(wire::encode_kwargs(kwargs));
+  std::vector<Bytes> pins;
+  std::map<size_t, std::shared_ptr<const wire::EncodedKwargs>> by_target;  // encoded once each
   std::vector<Future<Value>> futures;
-  for (size_t w : called) futures.push_back(worker(w).state()->call_encoded(method, encoded));
+  for (size_t w : called) {
+    const std::shared_ptr<WorkerState> state =
+        worker(w).state();  // a copy: worker() is a temporary
+    auto& encoded = by_target[target_of(*state)];
+    if (!encoded) encoded = encode_for(*state, kwargs, pins);
+    futures.push_back(state->call_encoded(method, encoded));
+  }
+  pin_until_done(futures, pins);
   return MultiWorkerFuture(std::move(futures), called, called);
 }
 
@@ -113,31 +145,35 @@ std::vector<ValueStream> MeshDispatch::streams(const std::string& method, const 
 MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs& data,
                                         const ShardedCallOptions& options) const {
   ShardedPlan plan = plan_sharded(sharding_, options);
-  // Encode every distinct slice once (workers that differ only on replicated axes share one),
-  // and the dummy calls' nil arguments once, before calling anyone.
-  std::map<std::vector<int>, std::shared_ptr<const wire::EncodedKwargs>> slices;
-  std::shared_ptr<const wire::EncodedKwargs> dummy;
+  std::vector<Bytes> pins;
+  // Encode every distinct slice once per store target (workers that differ only on replicated
+  // axes share one), and the dummy calls' nil arguments once, before calling anyone.
+  std::map<std::pair<std::vector<int>, size_t>, std::shared_ptr<const wire::EncodedKwargs>> slices;
+  std::map<size_t, std::shared_ptr<const wire::EncodedKwargs>> dummies;
   std::vector<std::shared_ptr<const wire::EncodedKwargs>> args;
   args.reserve(plan.called.size());
-  for (const auto& slice : plan.slice_of) {
+  for (size_t i = 0; i < plan.called.size(); ++i) {
+    const auto& slice = plan.slice_of[i];
+    const std::shared_ptr<WorkerState> state =
+        worker(plan.called[i]).state();  // a copy: worker() is a temporary
+    const size_t target = target_of(*state);
     if (!slice) {
+      auto& dummy = dummies[target];
       if (!dummy) {
         Kwargs nils;
         for (const auto& [k, v] : data) nils.emplace_back(k, Value());
-        dummy = std::make_shared<const wire::EncodedKwargs>(
-            wire::encode_kwargs(merge_kwargs(std::move(nils), options.common_kwargs)));
+        dummy = encode_for(*state, merge_kwargs(std::move(nils), options.common_kwargs), pins);
       }
       args.push_back(dummy);
       continue;
     }
-    auto& encoded = slices[*slice];
+    auto& encoded = slices[{*slice, target}];
     if (!encoded) {
       Kwargs kwargs;
       for (const auto& [k, v] : data)
         kwargs.emplace_back(k,
                             data_slice(v, *slice, options.in_sharded_axes, sharding_, method, k));
-      encoded = std::make_shared<const wire::EncodedKwargs>(
-          wire::encode_kwargs(merge_kwargs(std::move(kwargs), options.common_kwargs)));
+      encoded = encode_for(*state, merge_kwargs(std::move(kwargs), options.common_kwargs), pins);
     }
     args.push_back(encoded);
   }
@@ -145,6 +181,7 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
   futures.reserve(plan.called.size());
   for (size_t i = 0; i < plan.called.size(); ++i)
     futures.push_back(worker(plan.called[i]).state()->call_encoded(method, args[i]));
+  pin_until_done(futures, pins);
   return MultiWorkerFuture(std::move(futures), std::move(plan.called), std::move(plan.return_from));
 }
 

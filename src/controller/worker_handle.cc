@@ -1,5 +1,6 @@
 #include "controller/cluster_impl.h"
 #include "controller/worker_state.h"
+#include "store/shm_object.h"
 
 namespace troupe {
 namespace internal {
@@ -80,6 +81,23 @@ Future<Value> WorkerState::call_encoded(const std::string& method,
 }
 
 Future<Value> WorkerState::submit(QueuedCall call) {
+  std::vector<Bytes> pins;  // store objects this call uses: held until it completes
+  if (store && !call.encoded) {
+    Map rewritten;
+    try {
+      if (store->prepare(call.kwargs, rewritten, pins, store_target))
+        call.kwargs = std::move(rewritten);
+    } catch (const Error& e) {
+      return make_failed_future(Error(
+          e.code(), "method '" + call.method + "' of worker '" + name_ + "': " + e.message()));
+    }
+  }
+  Future<Value> f = submit_now(std::move(call));
+  if (!pins.empty()) f.then([pins = std::move(pins)](const Future<Value>&) {});
+  return f;
+}
+
+Future<Value> WorkerState::submit_now(QueuedCall call) {
   std::shared_ptr<transport::RpcPeer> peer;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -135,8 +153,13 @@ void WorkerState::on_connected(std::shared_ptr<transport::RpcPeer> peer, const K
       return;
     }
     peer_ = peer;
-    auto init = peer->call("__init__", Map{{"class", class_name_}, {"args", Value(ctor_args)}},
-                           "start of " + describe_locked());
+    Map init_args{{"class", class_name_}, {"args", Value(ctor_args)}};
+    if (store && store_target == DriverStore::kLocal && store->threshold() > 0) {
+      // Large results come back through the store of this host.
+      peer->set_response_filter([](Value& v) { store::resolve_markers(v, /*remove=*/true); });
+      init_args.emplace_back("store_threshold", static_cast<int64_t>(store->threshold()));
+    }
+    auto init = peer->call("__init__", init_args, "start of " + describe_locked());
     init.then([ready = ready_](const Future<Value>& f) {
       if (auto e = f.error())
         ready->set_error(*e);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "controller/agent_client.h"
+#include "controller/object_store.h"
 #include "transport/rpc_peer.h"
 #include "troupe/cluster.h"
 
@@ -83,6 +84,13 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   // and rank it belongs to (empty / -1 outside a group).
   std::weak_ptr<AgentClient> agent;
   std::string agent_name;  // the name its agent knows it by (ClusterImpl::id_prefix() + name)
+  // The driver's object store (null: none for this worker): its calls' large Bytes and
+  // ObjectRefs go as markers (pinned until the call completes); when it shares the driver's
+  // host, its large results come back through the store.
+  std::shared_ptr<DriverStore> store;
+  // DriverStore::kLocal when the worker shares the driver's host, else its host id (objects go
+  // to its agent once per host).
+  size_t store_target = DriverStore::kLocal;
   std::string group;
   int rank = -1;
   // Set once at creation: called once, on whichever thread marks the worker dead, with no lock
@@ -98,6 +106,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
     std::shared_ptr<detail::FutureState> state;
   };
   Future<Value> submit(QueuedCall call);
+  Future<Value> submit_now(QueuedCall call);
   std::string describe_locked() const;
 
   const std::string name_, class_name_;

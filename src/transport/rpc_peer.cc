@@ -179,7 +179,9 @@ void RpcPeer::on_frame(wire::Frame&& frame) {
         return;
       }
       try {
-        state->set_value(wire::decode_response(frame));
+        Value value = wire::decode_response(frame);
+        if (response_filter_) response_filter_(value);
+        state->set_value(std::move(value));
       } catch (const Error& e) {
         if (e.code() == ErrorCode::kProtocol) {
           state->set_error(e);

@@ -84,6 +84,11 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
   void set_failure_hook(FailureHook hook);
   // When set, replaces the failure hook for the calls pending at close.
   void set_orphan_handler(OrphanHandler handler);
+  // Rewrites every response value before its call completes, on the I/O thread (the controller
+  // maps results that came through the object store); an Error it throws fails the call. Set it
+  // before the first call(): it is read without a lock.
+  using ResponseFilter = std::function<void(Value& value)>;
+  void set_response_filter(ResponseFilter filter) { response_filter_ = std::move(filter); }
   void close(const Error& reason) { connection_->close(reason); }
   bool closed() const { return connection_->closed(); }
   const std::string& peer() const { return connection_->peer(); }
@@ -110,6 +115,7 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
   std::optional<Error> close_error_;
   FailureHook failure_hook_;
   OrphanHandler orphan_handler_;
+  ResponseFilter response_filter_;
   // RPC-HB, I/O thread only (the timer is created there and cancelled at close).
   std::unique_ptr<asio::steady_timer> heartbeat_timer_;
   std::chrono::milliseconds heartbeat_interval_{0}, heartbeat_timeout_{0};

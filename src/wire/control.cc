@@ -214,4 +214,42 @@ RegisterAgentReply RegisterAgentReply::from(const Value& value) {
   return RegisterAgentReply{f.required<int64_t>("host_index")};
 }
 
+std::string StoreReserve::reply_from(const Value& value) {
+  if (!value.is_string())
+    throw Error(ErrorCode::kInvalidArgument, "store_reserve reply: expected a string");
+  return value.as_string();
+}
+
+StoreReserve StoreReserve::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  StoreReserve m;
+  m.size = f.required<int64_t>("size");
+  if (m.size < 0) throw Error(ErrorCode::kInvalidArgument, "store_reserve: negative size");
+  return m;
+}
+
+StorePut StorePut::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  return StorePut{f.required<Bytes>("data")};
+}
+
+StoreFree StoreFree::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  return StoreFree{f.required<std::string>("name")};
+}
+
+Value StoreUsage::to_value() const {
+  return Map{{"objects", objects}, {"bytes", bytes}, {"capacity", capacity}, {"files", files}};
+}
+
+StoreUsage StoreUsage::from(const Value& value) {
+  FieldReader f("store_usage reply", value);
+  StoreUsage m;
+  m.objects = f.required<int64_t>("objects");
+  m.bytes = f.required<int64_t>("bytes");
+  m.capacity = f.required<int64_t>("capacity");
+  m.files = f.optional<int64_t>("files", 0);
+  return m;
+}
+
 }  // namespace troupe::wire::control

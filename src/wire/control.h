@@ -163,6 +163,47 @@ struct MemoryReply {  // reply to "memory" (no arguments)
   static MemoryReply from(const Value& value);
 };
 
+// Object store (src/store): the driver asks its host's agent for room before it writes an object.
+struct StoreReserve {
+  static constexpr const char* kMethod = "store_reserve";
+  int64_t size = 0;
+  // Reply: the new object's name (store/shm_object.h), a string; Error(kOutOfMemory) naming the
+  // requested, used and capacity bytes and the host when the store is full.
+  static Value reply(const std::string& name) { return Value(name); }
+  static std::string reply_from(const Value& value);
+  Map to_map() const { return Map{{"size", size}}; }
+  static StoreReserve from(const Value& kwargs);
+};
+
+// A driver on another host sends an object's bytes once (as one attachment); the agent writes
+// its own copy, accounted like a reservation of that driver. Reply: the copy's name.
+struct StorePut {
+  static constexpr const char* kMethod = "store_put";
+  Bytes data;
+  Map to_map() const { return Map{{"data", data}}; }
+  static StorePut from(const Value& kwargs);
+};
+
+struct StoreFree {
+  static constexpr const char* kMethod = "store_free";
+  std::string name;
+  // Reply: whether the agent held it, a bool.
+  Map to_map() const { return Map{{"name", name}}; }
+  static StoreFree from(const Value& kwargs);
+};
+
+struct StoreUsage {  // reply to "store_usage" (no arguments)
+  static constexpr const char* kMethod = "store_usage";
+  int64_t objects = 0;  // objects the agent accounts for (reserved and not freed)
+  int64_t bytes = 0;
+  int64_t capacity = 0;
+  int64_t files = 0;  // files of this agent in the store directory (results included)
+
+  bool operator==(const StoreUsage&) const = default;
+  Value to_value() const;
+  static StoreUsage from(const Value& value);
+};
+
 // ---- agent events --------------------------------------------------------------------------
 
 struct WorkerExited {

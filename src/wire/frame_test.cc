@@ -302,7 +302,7 @@ TEST(RpcMessage, ResponseAndEventRoundTrip) {
 
 TEST(RpcMessage, ErrorResponseCarriesCodeAndMessage) {
   for (int c = static_cast<int>(ErrorCode::kInvalidArgument);
-       c <= static_cast<int>(ErrorCode::kInternal); ++c) {
+       c <= static_cast<int>(ErrorCode::kOutOfMemory); ++c) {
     auto code = static_cast<ErrorCode>(c);
     SCOPED_TRACE(error_code_name(code));
     std::string body;

@@ -9,5 +9,8 @@ constexpr const char* kUnixEndpoint = "TROUPE_WORKER_UNIX";  // unix:PATH to lis
 constexpr const char* kTcpHost = "TROUPE_WORKER_TCP_HOST";   // address to listen on with TCP
 constexpr const char* kReadyFd = "TROUPE_READY_FD";          // pipe to write "ready ...\n" to
 constexpr const char* kHostName = "TROUPE_HOST_NAME";        // the simulated host's name
+// The pid of the worker's agent: the owner part of the store objects the worker creates for its
+// results (the agent removes them when it exits; store/shm_object.h).
+constexpr const char* kStoreOwner = "TROUPE_STORE_OWNER";
 
 }  // namespace troupe::worker_env

@@ -14,6 +14,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/token.h"
+#include "store/shm_object.h"
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
 #include "troupe/worker_class.h"
@@ -72,10 +73,17 @@ class WorkerServer {
       return;
     }
     std::string where = "method '" + m + "' of worker '" + name_ + "' (class " + class_->name + ")";
+    try {  // arguments in the object store: map them (read-only, no copy)
+      for (auto& [k, v] : request.kwargs) store::resolve_markers(v);
+    } catch (const Error& e) {
+      return responder.fail(Error(e.code(), where + ": argument: " + e.message()));
+    }
+    ResultStore results{store_threshold_, store_owner_};
     if (!class_->method_thread)
-      return run_method(object_, it->second, request.kwargs, where, responder);
+      return run_method(object_, it->second, request.kwargs, where, responder, results);
     loop_.post([object = object_, method = &it->second, kwargs = std::move(request.kwargs), where,
-                responder] { run_method(object, *method, kwargs, where, responder); });
+                responder,
+                results] { run_method(object, *method, kwargs, where, responder, results); });
   }
 
   // The error a call fails with when its method failed with `e`.
@@ -85,24 +93,35 @@ class WorkerServer {
                : Error(ErrorCode::kMethodFailed, where + " failed: " + e.message());
   }
 
+  // Large results for a driver on this host go through the object store (threshold 0: never).
+  struct ResultStore {
+    size_t threshold = 0;
+    pid_t owner = 0;
+    void reply(const transport::Responder& responder, Value value) const {
+      if (threshold > 0) store::export_large(value, threshold, owner);
+      responder.reply(value);
+    }
+  };
+
   // Runs one method call and replies; on the I/O thread or the method thread.
   static void run_method(const std::shared_ptr<void>& object, const detail::MethodInfo& method,
                          const Map& kwargs, const std::string& where,
-                         const transport::Responder& responder) {
+                         const transport::Responder& responder, ResultStore results) {
     try {
       if (method.start) {  // replies when done, from whichever thread finishes it
-        method.start(object.get(), kwargs, where,
-                     [where, responder](std::optional<Value> result, std::optional<Error> error) {
-                       if (error)
-                         responder.fail(failure(*error, where));
-                       else
-                         responder.reply(result ? *result : Value());
-                     });
+        method.start(
+            object.get(), kwargs, where,
+            [where, responder, results](std::optional<Value> result, std::optional<Error> error) {
+              if (error)
+                responder.fail(failure(*error, where));
+              else
+                results.reply(responder, result ? std::move(*result) : Value());
+            });
       } else if (method.streaming) {
         StreamWriter stream([&responder](Value item) { responder.stream_item(item); });
-        responder.reply(method.invoke(object.get(), kwargs, where, &stream));
+        results.reply(responder, method.invoke(object.get(), kwargs, where, &stream));
       } else {
-        responder.reply(method.invoke(object.get(), kwargs, where, nullptr));
+        results.reply(responder, method.invoke(object.get(), kwargs, where, nullptr));
       }
     } catch (const Error& e) {
       responder.fail(failure(e, where));
@@ -136,6 +155,13 @@ class WorkerServer {
     for (const auto& [k, v] : request.kwargs) {
       if (k == "class") cls = &v;
       if (k == "args") args = &v;
+      // The driver shares this host's object store: large results go through it.
+      if (k == "store_threshold" && v.is_int() && v.as_int() > 0) {
+        if (auto owner = env::get(worker_env::kStoreOwner)) {
+          store_threshold_ = static_cast<size_t>(v.as_int());
+          store_owner_ = static_cast<pid_t>(std::stol(*owner));
+        }
+      }
     }
     if (!cls || !cls->is_string() || !args || !args->is_map())
       return responder.fail(Error(ErrorCode::kProtocol, "__init__ needs class and args"));
@@ -225,6 +251,8 @@ class WorkerServer {
   std::shared_ptr<void> object_;
   std::optional<Error> init_error_;
   bool constructing_ = false;
+  size_t store_threshold_ = 0;  // large results through the store (0: never; see ResultStore)
+  pid_t store_owner_ = 0;
   // Calls that arrived while the constructor ran on the method thread, in arrival order.
   std::vector<std::pair<wire::Request, transport::Responder>> waiting_;
 };

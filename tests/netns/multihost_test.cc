@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <map>
@@ -141,6 +142,47 @@ TEST_F(MultiHost, ShardedDispatchAcrossTwoHosts) {
 }
 
 // CUT_CMD cuts node-b off the network, RESTORE_CMD undoes it (shell commands).
+// The object store across hosts: an ObjectRef passed to 2 workers on each of 2 other hosts
+// crosses the network once per host (each agent accounts for one copy), every worker maps its
+// host's copy, and the copies go when the reference is dropped.
+TEST_F(MultiHost, ObjectGoesOncePerHost) {
+  troupe::Cluster cluster(troupe::ClusterOptions::local(1));
+  troupe::VirtualCluster vc(cluster, one_bundle_per_host(/*gpus=*/true));
+  troupe::WorkerGroup group(
+      vc, troupe::WorkerBuilder("HostProbe"),
+      group_options("obj", troupe::NamedSharding::from_shape({"dp", "tp"}, {2, 2})));
+  std::vector<uint8_t> raw(16 << 20);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < raw.size(); i += 8) {
+    uint64_t w = i * 2654435761u + 7;
+    std::memcpy(raw.data() + i, &w, 8);
+    sum += w;
+  }
+  troupe::ObjectRef ref = cluster.put(troupe::Bytes(std::move(raw)));
+  for (int round = 0; round < 2; ++round) {
+    auto f = group.run_all_workers_single_data("digest", {{"data", ref}});
+    ASSERT_TRUE(f.wait_for(kDeadline));
+    for (const Value& r : group.get_all_worker_results(f)) {
+      EXPECT_EQ(r.find("size")->as_int(), 16 << 20);
+      EXPECT_EQ(r.find("sum")->as_int(), static_cast<int64_t>(sum >> 1));
+      EXPECT_TRUE(r.find("mapped")->as_bool()) << r.debug_string();
+    }
+  }
+  for (size_t h : {size_t{0}, size_t{1}}) {
+    auto u = cluster.object_store_usage(h);
+    EXPECT_EQ(u.objects, 1) << "host " << h;
+    EXPECT_EQ(u.bytes, 16 << 20) << "host " << h;
+  }
+  ref = troupe::ObjectRef();
+  for (size_t h : {size_t{0}, size_t{1}}) {
+    auto deadline = std::chrono::steady_clock::now() + kDeadline;
+    while (cluster.object_store_usage(h).objects != 0 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(cluster.object_store_usage(h).objects, 0) << "host " << h;
+  }
+}
+
 TEST_F(MultiHost, CutHostFailsItsCallsWithHostLostThenRejoins) {
   std::string cut = getenv_of("CUT_CMD").value_or(""),
               restore = getenv_of("RESTORE_CMD").value_or("");

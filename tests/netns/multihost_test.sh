@@ -6,7 +6,7 @@
 # output forwarded; unauthenticated clients refused on every listening port of every daemon and
 # worker; a driver killed with SIGKILL leaves no worker on any host; a host cut off (nftables
 # drop, then link down) fails its calls with kHostLost and rejoins; a hung agent (SIGSTOP) is
-# lost without a false alarm on the other host.
+# lost without a false alarm on the other host; an ObjectRef reaches each host's agent once.
 #
 #   multihost_test.sh TROUPE_CLI MULTIHOST_TEST_BINARY
 #
@@ -90,6 +90,8 @@ check "sharded dispatch across two hosts" run dispatch.out MultiHost.ShardedDisp
 check "worker output reaches the driver's terminal" \
   grep -Eq '^\(mh[-_0-9]* pid=[1-9][0-9]*\) line-from-rank-3$' "$work/dispatch.out" ||
   grep line-from "$work/dispatch.out"
+
+check "an object crosses the network once per host" run object.out MultiHost.ObjectGoesOncePerHost
 
 demo() {  # the demo, unchanged, redirected by TROUPE_ADDRESS; its output when it fails
   ns tr-h1 env TROUPE_ADDRESS=$head_address timeout 120 "$troupe" demo >"$work/demo.out" 2>&1 ||
