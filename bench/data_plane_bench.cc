@@ -207,7 +207,6 @@ int main(int argc, char** argv) {
           throw std::runtime_error("a worker returned a wrong checksum");
     }
     group.shutdown();
-    cluster.shutdown();
     double t = median(tr), c = median(cp), s = median(shm);
     std::printf("  checksum of the data, 1 process       %10.1f ms\n", checksum_ms);
     std::printf("  memcpy, pre-faulted destination       %10.1f ms\n", c);
