@@ -175,9 +175,11 @@ def main():
 
     commit = num(r"commit: (.*)", machine, str) or "unknown"
     date = num(r"date: (\S+)", machine, str) or "?"
-    loads = re.findall(r"load average ([\d.]+ [\d.]+ [\d.]+)", machine)
-    print(f"Measured at commit {commit}, {date}, by `bash bench/run_all.sh`"
-          f" (load averages before the binaries: {', '.join(loads) or '?'}).\n")
+    loads = re.findall(r"load average ([\d.]+) [\d.]+ [\d.]+", machine)
+    busy = re.findall(r"CPUs busy before the run: (\d+)%", machine)
+    print(f"Measured at commit {commit}, {date}, by `bash bench/run_all.sh`. Before each binary,"
+          f" CPUs busy with other processes: {', '.join(b + ' %' for b in busy) or '?'};"
+          f" 1-minute load average: {', '.join(loads) or '?'}.\n")
     print("| measurement | troupe | floor / peers, same run | ratio | target | met? |")
     print("|---|---|---|---|---|---|")
     for r in rows:
