@@ -13,9 +13,16 @@
 //                fork+exec of /bin/true in this process
 //   placement    VirtualCluster (one small bundle, no workers) create+remove per second, each a
 //                reserve and a release round trip to the head
+//   data plane   one Bytes of MH_DATA_BYTES (default 1 GiB) replicated to 8 workers over the two
+//                agent hosts (4 each; the driver is on the head's host) until every worker
+//                returned its checksum (verified); bytes sent between hosts = the sum over every
+//                namespace host of what it sent onto the bridge (NET_BYTES_CMD prints the
+//                counters, read before and after), against the target of 2 GiB per GiB
+//                sent, i.e. one copy per host
 //
 //   multihost_bench echo-server PORT       (tr-h3) echoes 64-byte messages on 0.0.0.0:PORT
 //   multihost_bench                         (tr-h1) ECHO_ADDR=IP:PORT CUT_CMD=... RESTORE_CMD=...
+//                                           NET_BYTES_CMD=... [MH_DATA_BYTES=1G]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -32,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "checksum.h"
 #include "troupe/troupe.h"
 
 namespace {
@@ -46,6 +54,9 @@ class Pinger {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     return "slept";
   }
+  int64_t checksum(const troupe::Bytes& data) {
+    return static_cast<int64_t>(troupe_bench::checksum64(data.data(), data.size()));
+  }
 };
 
 }  // namespace
@@ -53,6 +64,7 @@ class Pinger {
 TROUPE_WORKER_CLASS(Pinger, cls) {
   cls.method("noop", &Pinger::noop);
   cls.method("sleep_ms", &Pinger::sleep_ms, {"ms"});
+  cls.method("checksum", &Pinger::checksum, {"data"});
 }
 
 namespace {
@@ -270,6 +282,51 @@ void placement_rate(troupe::Cluster& cluster) {
               n * 1000 / ms_since(t0), n, ms_since(t0));
 }
 
+// Sum of the numbers NET_BYTES_CMD prints (the bridge ports' rx_bytes: what each host sent).
+uint64_t net_bytes(const std::string& cmd) {
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (!f) throw std::runtime_error("cannot run NET_BYTES_CMD: " + cmd);
+  uint64_t sum = 0;
+  unsigned long long v = 0;
+  while (std::fscanf(f, "%llu", &v) == 1) sum += v;
+  if (::pclose(f) != 0) throw std::runtime_error("NET_BYTES_CMD failed: " + cmd);
+  return sum;
+}
+
+void data_plane(troupe::Cluster& cluster, const std::string& net_cmd, size_t n) {
+  constexpr int kReps = 1;
+  std::vector<uint8_t> data(n);
+  troupe_bench::fill_pseudo_random(data.data(), n);
+  const uint64_t expected = troupe_bench::checksum64(data.data(), n);
+  troupe::Bytes bytes(std::shared_ptr<const void>(&data, [](const void*) {}), data.data(), n);
+  troupe::VirtualCluster vc(cluster, per_host(4));
+  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("Pinger"), quiet_group("data"));
+  group.get_all_worker_results(group.run_all_workers_single_data("noop"));  // all up
+  for (int r = 0; r < kReps; ++r) {
+    uint64_t before = net_bytes(net_cmd);
+    auto t0 = Clock::now();
+    auto results = group.get_all_worker_results(
+        group.run_all_workers_single_data("checksum", {{"data", bytes}}));
+    double ms = ms_since(t0);
+    uint64_t sent = net_bytes(net_cmd) - before;
+    for (const auto& v : results)
+      if (static_cast<uint64_t>(v.as_int()) != expected)
+        throw std::runtime_error("a worker returned a wrong checksum");
+    double gib = static_cast<double>(n) / (1 << 30);
+    std::printf(
+        "data plane over 2 hosts: %.3f GiB to 8 workers (4 per host) in %.0f ms, all %zu "
+        "checksums verified; bytes sent between hosts %.3f GiB = %.2f x the data\n",
+        gib, ms, results.size(), static_cast<double>(sent) / (1 << 30),
+        static_cast<double>(sent) / static_cast<double>(n));
+    std::printf(
+        "RATIO %-34s %12.3f GiB vs limit %-30s %12.3f GiB = %6.2fx limit  (target: <= 1x, "
+        "i.e. <= 2 x the data)\n",
+        "DataPlane2HostsBytesBetweenHosts", static_cast<double>(sent) / (1 << 30), "2-x-data",
+        2 * gib, static_cast<double>(sent) / (2.0 * static_cast<double>(n)));
+  }
+  group.shutdown();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -291,6 +348,14 @@ int main(int argc, char** argv) {
     round_trip(cluster, echo);
     placement_rate(cluster);
     start_64(cluster);
+    if (const char* net = std::getenv("NET_BYTES_CMD")) {
+      const char* size = std::getenv("MH_DATA_BYTES");
+      size_t n = troupe_bench::parse_size(size ? size : "1G");
+      if (n == 0) throw std::runtime_error("bad MH_DATA_BYTES");
+      data_plane(cluster, net, n);
+    } else {
+      std::printf("data plane over 2 hosts: skipped (no NET_BYTES_CMD)\n");
+    }
     host_cut(cluster, cut, restore);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "multihost_bench: %s\n", e.what());

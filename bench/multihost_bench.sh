@@ -5,6 +5,8 @@
 # driver in tr-h1. Needs root. Everything it starts is stopped on exit, also on failure.
 #
 #   bench/multihost_bench.sh [BUILD_DIR]     # default build-bench (bench/run_all.sh builds it)
+#   MH_DATA_BYTES=256M bench/multihost_bench.sh   # data-plane size (default 1G: 8 GiB of worker
+#                                                 # memory while it runs)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-bench}
@@ -64,10 +66,15 @@ table inet troupe_cut {
   chain out { type filter hook output priority 0; policy accept; oifname "eth0" drop; }
 }
 NFT
+# What each host sent onto the bridge: rx_bytes of the bridge ports tr-v1..3 (root namespace; the
+# driver reads them through nsenter into this script's namespace).
+net_counters=$(printf '/sys/class/net/tr-v%s/statistics/rx_bytes ' 1 2 3)
 echo "+ multihost_bench (driver in tr-h1; head 10.77.0.1, node-a 10.77.0.2, node-b 10.77.0.3)"
 netns exec tr-h1 env TROUPE_ADDRESS=$head_address ECHO_ADDR=10.77.0.3:17000 \
   CUT_CMD="ip netns exec tr-h3 nft -f $work/cut.nft" \
-  RESTORE_CMD="ip netns exec tr-h3 nft delete table inet troupe_cut" "$bench"
+  RESTORE_CMD="ip netns exec tr-h3 nft delete table inet troupe_cut" \
+  NET_BYTES_CMD="nsenter --net=/proc/$$/ns/net cat $net_counters" \
+  MH_DATA_BYTES="${MH_DATA_BYTES:-1G}" "$bench"
 rc=$?
 if ((rc != 0)); then
   for f in head node-a node-b; do echo "--- $f.log (last lines)"; tail -n 20 "$work/$f.log"; done
