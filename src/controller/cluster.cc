@@ -70,9 +70,9 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
   loop_ = std::make_unique<transport::IoLoop>();
   connect_ = make_agent_connector(*loop_);
   try {
-    head_ = std::make_unique<head::Head>(loop_->context(),
+    head_ = std::make_shared<head::Head>(loop_->context(),
                                          "unix:" + session_.socket_dir + "/head.sock", token_);
-    head_client_ = make_embedded_head_client(*head_);
+    head_client_ = make_embedded_head_client(head_);
     start_agents();
     connect_agents();
     make_store();

@@ -142,7 +142,7 @@ class ClusterImpl {
   std::string session_dir_;
   std::string token_;
   std::unique_ptr<transport::IoLoop> loop_;
-  std::unique_ptr<head::Head> head_;
+  std::shared_ptr<head::Head> head_;  // shared with head_client_, which may outlive shutdown
   bool standing_ = false;
   std::string head_address_;  // standing: HOST:PORT
   std::string id_prefix_;

@@ -9,7 +9,8 @@ namespace control = wire::control;
 
 class EmbeddedHeadClient : public HeadClient {
  public:
-  explicit EmbeddedHeadClient(head::Head& head) : head_(head) {}
+  explicit EmbeddedHeadClient(std::shared_ptr<head::Head> head)
+      : owned_(std::move(head)), head_(*owned_) {}
   std::vector<head::HostRecord> hosts() override { return head_.hosts(); }
   std::vector<head::BundlePlacement> reserve(const std::string& group_id,
                                              const std::vector<head::BundleRequest>& bundles,
@@ -21,6 +22,7 @@ class EmbeddedHeadClient : public HeadClient {
   std::vector<std::string> describe_free() override { return head_.describe_free(); }
 
  private:
+  std::shared_ptr<head::Head> owned_;
   head::Head& head_;
 };
 
@@ -102,8 +104,8 @@ class RemoteHeadClient : public HeadClient {
 
 }  // namespace
 
-std::unique_ptr<HeadClient> make_embedded_head_client(head::Head& head) {
-  return std::make_unique<EmbeddedHeadClient>(head);
+std::unique_ptr<HeadClient> make_embedded_head_client(std::shared_ptr<head::Head> head) {
+  return std::make_unique<EmbeddedHeadClient>(std::move(head));
 }
 
 std::unique_ptr<HeadClient> make_remote_head_client(std::shared_ptr<transport::RpcPeer> peer,

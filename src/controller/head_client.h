@@ -34,8 +34,9 @@ class HeadClient {
   virtual std::vector<std::string> describe_free() = 0;
 };
 
-// `head` must outlive the client.
-std::unique_ptr<HeadClient> make_embedded_head_client(head::Head& head);
+// The client keeps `head` alive: a VirtualCluster released after its Cluster shut down (and
+// dropped its own reference) still reaches a valid, closed head.
+std::unique_ptr<HeadClient> make_embedded_head_client(std::shared_ptr<head::Head> head);
 // Requests go over `peer`, an authenticated connection to a standing head at `address`. Once the
 // connection is closed, every function throws Error(kConnectionLost) saying that placements need
 // the head while calls to live workers go on.

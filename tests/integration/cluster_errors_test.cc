@@ -379,5 +379,22 @@ TEST(ClusterShutdown, DriverDeathLeavesNoProcessBehind) {
     EXPECT_TRUE(wait_dead(pid, 10s)) << "pid " << pid << " outlived its driver";
 }
 
+// A VirtualCluster that outlives its Cluster's shutdown releases its placement groups into the
+// closed head without touching freed memory (ASan checks this), and its removal is idempotent.
+TEST(ClusterShutdown, VirtualClusterReleasedAfterClusterShutdown) {
+  Cluster cluster(ClusterOptions::local(2));
+  auto vc = std::make_unique<troupe::VirtualCluster>(cluster, [] {
+    troupe::VirtualClusterOptions o;
+    o.bundle_ct_per_node_list = {1, 1};
+    o.use_gpus = false;
+    return o;
+  }());
+  ASSERT_EQ(vc->get_placement_groups().size(), 2u);
+  cluster.shutdown();
+  vc->shutdown();
+  vc.reset();
+  cluster.shutdown();  // still idempotent
+}
+
 }  // namespace
 }  // namespace troupe_test
