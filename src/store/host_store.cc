@@ -1,5 +1,8 @@
 #include "store/host_store.h"
 
+#include <optional>
+#include <thread>
+
 #include "common/proc_stats.h"
 #include "store/shm_object.h"
 
@@ -17,10 +20,16 @@ HostStore::HostStore(std::string dir, pid_t owner_pid, int64_t capacity, std::st
       capacity_(capacity > 0 ? capacity : default_capacity()),
       host_(std::move(host)) {}
 
+HostStore::~HostStore() {
+  std::unique_lock<std::mutex> lock(mu_);
+  writes_done_.wait(lock, [&] { return writes_in_flight_ == 0; });
+}
+
 size_t HostStore::sweep() { return sweep_stale(dir_); }
 
 std::string HostStore::reserve(int64_t size, const void* client) {
   if (size < 0) throw Error(ErrorCode::kInvalidArgument, "negative object size");
+  std::lock_guard<std::mutex> lock(mu_);
   if (size > capacity_ - used_)
     throw Error(ErrorCode::kOutOfMemory, "object store of host " + host_ + " is full: requested " +
                                              std::to_string(size) + " bytes, used " +
@@ -43,7 +52,47 @@ std::string HostStore::put(const Bytes& data, const void* client) {
   return name;
 }
 
+void HostStore::put_in_background(Bytes data, const void* client,
+                                  const transport::Responder& resp) {
+  std::string name = reserve(static_cast<int64_t>(data.size()), client);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++writes_in_flight_;
+  }
+  std::thread([this, data = std::move(data), name, resp] {
+    std::optional<Error> failed;
+    try {
+      create_object(dir_, name, data.data(), data.size());
+    } catch (const Error& e) {
+      failed = e;
+    } catch (const std::exception& e) {
+      failed = Error(ErrorCode::kInternal, e.what());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Freed meanwhile (its client's connection closed): the file must not outlive it.
+      if (failed || objects_.count(name) == 0) {
+        remove_object(dir_, name);
+        free_locked(name);
+        if (!failed)
+          failed = Error(ErrorCode::kShutdown, "object " + name + " freed while written");
+      }
+    }
+    if (failed)
+      resp.fail(*failed);
+    else
+      resp.reply(Value(name));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--writes_in_flight_ == 0) writes_done_.notify_all();
+  }).detach();
+}
+
 bool HostStore::free(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return free_locked(name);
+}
+
+bool HostStore::free_locked(const std::string& name) {
   auto it = objects_.find(name);
   if (it == objects_.end()) return false;
   remove_object(dir_, name);
@@ -53,6 +102,7 @@ bool HostStore::free(const std::string& name) {
 }
 
 size_t HostStore::release_client(const void* client) {
+  std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
   for (auto it = objects_.begin(); it != objects_.end();) {
     if (it->second.client != client) {
@@ -68,6 +118,8 @@ size_t HostStore::release_client(const void* client) {
 }
 
 void HostStore::release_all() {
+  std::unique_lock<std::mutex> lock(mu_);
+  writes_done_.wait(lock, [&] { return writes_in_flight_ == 0; });
   for (const auto& [name, e] : objects_) remove_object(dir_, name);
   objects_.clear();
   used_ = 0;
@@ -76,6 +128,7 @@ void HostStore::release_all() {
 
 control::StoreUsage HostStore::usage() const {
   control::StoreUsage u;
+  std::lock_guard<std::mutex> lock(mu_);
   u.objects = static_cast<int64_t>(objects_.size());
   u.bytes = used_;
   u.capacity = capacity_;
@@ -92,7 +145,7 @@ bool HostStore::handle(const wire::Request& r, const transport::Responder& resp,
     return true;
   }
   if (r.method == control::StorePut::kMethod) {
-    resp.reply(Value(put(control::StorePut::from(r.kwargs).data, client)));
+    put_in_background(control::StorePut::from(r.kwargs).data, client, resp);
     return true;
   }
   if (r.method == control::StoreFree::kMethod) {

@@ -4,14 +4,18 @@
 // when the agent exits. Objects are files of store_dir() (see shm_object.h); the driver writes
 // them, the HostStore only names, accounts for and removes them.
 //
-// Threads: not thread-safe; the agent uses it on its I/O thread only. Never blocks except on
-// unlink(2) and directory reads.
+// Threads: thread-safe (one mutex). The agent calls it on its I/O thread; handle() writes the
+// bytes of a store_put on a thread of its own, so a large copy never stalls the I/O thread (its
+// heartbeats). Never blocks the caller except on unlink(2), directory reads, and, in
+// release_all() and the destructor, waiting for writes still in flight.
 #pragma once
 
 #include <sys/types.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <string>
 
 #include "transport/rpc_peer.h"
@@ -28,6 +32,7 @@ class HostStore {
   // `dir`: where objects live; `owner_pid`: the pid in the names it hands out (the agent's);
   // `capacity`: bytes (<= 0: default_capacity()); `host`: named in errors.
   HostStore(std::string dir, pid_t owner_pid, int64_t capacity, std::string host);
+  ~HostStore();  // waits for store_put writes in flight
 
   // Removes stale objects of dead owners (an agent killed with SIGKILL); returns how many.
   size_t sweep();
@@ -38,7 +43,8 @@ class HostStore {
   bool free(const std::string& name);
   // Removes every object of `client` (its connection closed); returns how many.
   size_t release_client(const void* client);
-  // Removes every object, and every file named for this owner (results workers wrote).
+  // Waits for store_put writes in flight, then removes every object, and every file named for
+  // this owner (results workers wrote).
   void release_all();
   wire::control::StoreUsage usage() const;
 
@@ -47,10 +53,14 @@ class HostStore {
   std::string put(const Bytes& data, const void* client);
 
   // Serves store_reserve, store_put, store_free and store_usage from `client`; returns false for
-  // any other method (the caller dispatches it). Errors go to `resp`.
+  // any other method (the caller dispatches it). Errors go to `resp`. A store_put is answered
+  // from its writer thread once the object is written (put_in_background).
   bool handle(const wire::Request& request, const transport::Responder& resp, const void* client);
 
  private:
+  void put_in_background(Bytes data, const void* client, const transport::Responder& resp);
+  bool free_locked(const std::string& name);
+
   struct Entry {
     int64_t size = 0;
     const void* client = nullptr;
@@ -59,8 +69,11 @@ class HostStore {
   pid_t owner_pid_;
   int64_t capacity_;
   std::string host_;
-  int64_t used_ = 0;
-  std::map<std::string, Entry> objects_;
+  mutable std::mutex mu_;
+  std::condition_variable writes_done_;
+  int writes_in_flight_ = 0;              // guarded by mu_
+  int64_t used_ = 0;                      // guarded by mu_
+  std::map<std::string, Entry> objects_;  // guarded by mu_
 };
 
 }  // namespace troupe::store
