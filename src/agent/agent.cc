@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/signal_set.hpp>
@@ -31,6 +32,28 @@
 
 namespace troupe::agent {
 namespace {
+
+// The fork server is off by default in AddressSanitizer builds: there LeakSanitizer's exit
+// check fails workers forked by it (they exit with code 1 on SIGTERM), so a clean shutdown is
+// reported unclean. TROUPE_FORK_SERVER=1 turns it on there too (fork_server_test does).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr const char* kForkServerDefault = "0";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr const char* kForkServerDefault = "0";
+#else
+constexpr const char* kForkServerDefault = "1";
+#endif
+#else
+constexpr const char* kForkServerDefault = "1";
+#endif
+
+// True when this process's command line is its program name alone (/proc/self/cmdline).
+bool started_without_args() {
+  std::ifstream f("/proc/self/cmdline", std::ios::binary);
+  std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return std::count(cmdline.begin(), cmdline.end(), '\0') <= 1;
+}
 
 namespace control = wire::control;
 
@@ -290,10 +313,12 @@ class Agent {
     }
   }
 
-  // The fork server of `executable`, started on first use; null when none serves it (only the
-  // agent's own executable, which enters fork-server mode through troupe::init, can).
+  // The fork server of `executable`, started on first use; null when none serves it. Only the
+  // agent's own executable can, and only when the agent was started without arguments (a C++
+  // driver re-executed): an agent run as `python3 -c ...` would start a bare interpreter.
   ForkServer* fork_server_for(const std::string& executable) {
-    if (!config_.fork_server || executable != env::self_executable()) return nullptr;
+    if (!config_.fork_server || executable != env::self_executable() || !started_without_args())
+      return nullptr;
     if (!fork_server_)
       fork_server_ = std::make_unique<ForkServer>(executable, env::to_strings(env::current()));
     return fork_server_->usable() ? fork_server_.get() : nullptr;
@@ -596,7 +621,7 @@ AgentConfig config_from_environment() {
   c.socket_dir = env::get_or(agent_env::kSocketDir, c.session_dir + "/sockets");
   c.token = token::from_environment();
   c.log_to_terminal = env::get_or(agent_env::kLogToTerminal, "1") != "0";
-  c.fork_server = env::get_or(agent_env::kForkServer, "1") != "0";
+  c.fork_server = env::get_or(agent_env::kForkServer, kForkServerDefault) != "0";
   c.object_store_memory = std::stoll(env::get_or(agent_env::kObjectStoreMemory, "0"));
   return c;
 }

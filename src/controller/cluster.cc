@@ -530,6 +530,7 @@ void ClusterImpl::shutdown() {
   for (auto& [name, w] : workers)
     w->mark_dead(Error(ErrorCode::kShutdown, w->describe() + " was shut down with the cluster"));
   // Ask every agent to stop its workers (SIGTERM, then SIGKILL) and exit.
+  if (head_) head_->expect_hosts_to_leave();
   std::vector<Future<Value>> stops;
   for (auto& a : agents_)
     if (a.client) stops.push_back(a.client->shutdown().raw());

@@ -28,6 +28,11 @@ void Head::set_status_provider(std::function<Value()> provider) {
   status_provider_ = std::move(provider);
 }
 
+void Head::expect_hosts_to_leave() {
+  std::lock_guard<std::mutex> lock(mu_);
+  hosts_leaving_ = true;
+}
+
 void Head::close() {
   listener_->close();
   std::thread status_thread;
@@ -79,6 +84,7 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
   h.on_close = [this, index, self](const Error& reason) {
     std::function<void(const HostRecord&)> callback;
     HostRecord rec;
+    bool leaving = false;
     std::vector<std::shared_ptr<transport::RpcPeer>> clients;
     std::set<std::string> leased;
     {
@@ -105,12 +111,17 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       if (book_ && static_cast<size_t>(*index) < book_->hosts().size())
         book_->set_host_alive(*index, false);
       rec = hosts_[*index];
+      leaving = hosts_leaving_;
       callback = on_host_lost_;
       for (const auto& p : agents_)
         if (!agent_peers_.count(p.get())) clients.push_back(p);
     }
-    TROUPE_LOG(Warning) << "host " << rec.host_name << " (id " << *index
-                        << ") lost: " << reason.message();
+    if (leaving)
+      TROUPE_LOG(Info) << "host " << rec.host_name << " (id " << *index
+                       << ") left: " << reason.message();
+    else
+      TROUPE_LOG(Warning) << "host " << rec.host_name << " (id " << *index
+                          << ") lost: " << reason.message();
     Value event = wire::control::HostLost{*index, rec.host_name, reason.message()}.to_value();
     for (const auto& c : clients) c->send_event(wire::control::HostLost::kEvent, event);
     if (callback) callback(rec);

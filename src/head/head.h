@@ -87,6 +87,9 @@ class Head {
   void set_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
   // Called (on the I/O thread) when an agent's connection closes.
   void set_on_host_lost(std::function<void(const HostRecord&)> callback);
+  // The agents were asked to exit (a cluster shutting down): their connections closing from now
+  // on are logged as departures (Info), not as lost hosts (Warning). Thread-safe.
+  void expect_hosts_to_leave();
   void close();
 
  private:
@@ -115,6 +118,7 @@ class Head {
   std::deque<transport::Responder> status_queue_;
   std::thread status_thread_;  // serves status_queue_; joined by close()
   bool closing_ = false;
+  bool hosts_leaving_ = false;  // expect_hosts_to_leave()
 };
 
 }  // namespace troupe::head

@@ -396,5 +396,31 @@ TEST(ClusterShutdown, VirtualClusterReleasedAfterClusterShutdown) {
   cluster.shutdown();  // still idempotent
 }
 
+// Runs only in the child that CleanShutdownWarnsAboutNothing starts: a driver that starts a
+// cluster with workers and shuts it down cleanly, then prints DONE.
+TEST(QuietChild, DISABLED_StartsWorkersAndShutsDown) {
+  if (!std::getenv("CLUSTER_TEST_QUIET_CHILD")) GTEST_SKIP() << "run by CleanShutdown only";
+  Cluster cluster(ClusterOptions::local(2));
+  populate(cluster);
+  cluster.shutdown();
+  std::string line = "DONE\n";
+  ssize_t unused = ::write(STDOUT_FILENO, line.data(), line.size());
+  (void)unused;
+}
+
+// A clean shutdown is not a failure: no warning reaches the user's terminal (the agents leaving
+// are not "lost hosts").
+TEST(ClusterShutdown, CleanShutdownWarnsAboutNothing) {
+  ChildRun run = run_self_test("QuietChild.DISABLED_StartsWorkersAndShutsDown",
+                               {{"CLUSTER_TEST_QUIET_CHILD", "1"}}, 30s);
+  ASSERT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 0)
+      << "child status " << run.status << "\nstdout:\n"
+      << run.out << "\nstderr:\n"
+      << run.err;
+  ASSERT_NE(run.out.find("DONE"), std::string::npos) << run.out << run.err;
+  EXPECT_EQ(run.err.find(" W]"), std::string::npos) << run.err;
+  EXPECT_EQ(run.err.find(" E]"), std::string::npos) << run.err;
+}
+
 }  // namespace
 }  // namespace troupe_test
