@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <iterator>
 #include <set>
 
 #include "common/token.h"
@@ -27,9 +28,10 @@ extern char** environ;
 namespace {
 
 // These tests are about the fork server: it is on even where a sanitizer build turns it off by
-// default (agent.cc, kForkServerDefault). Agents inherit the driver's environment.
+// default (agent.cc, kForkServerDefault). Set in the driver only (no TROUPE_ROLE): agents
+// inherit it from there, and the agents and workers this binary becomes must not change it.
 [[maybe_unused]] const bool kForkServerOn = [] {
-  return ::setenv("TROUPE_FORK_SERVER", "1", 1) == 0;
+  return std::getenv("TROUPE_ROLE") != nullptr || ::setenv("TROUPE_FORK_SERVER", "1", 1) == 0;
 }();
 
 using namespace std::chrono_literals;
@@ -173,9 +175,17 @@ TEST(ForkServer, ForkedWorkerStartsAsAnExecdOneWould) {
       if (kv.rfind("TROUPE_WORKER_NAME=", 0) != 0 && kv.rfind("TROUPE_WORKER_UNIX=", 0) != 0 &&
           kv.rfind("TROUPE_TOKEN_FD=", 0) != 0)
         out.push_back(kv);
+    std::sort(out.begin(), out.end());
     return out;
   };
-  EXPECT_EQ(comparable(env_f), comparable(env_e));
+  auto only_in = [](const std::vector<std::string>& a, const std::vector<std::string>& b) {
+    std::vector<std::string> out;
+    std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+    return ::testing::PrintToString(out);
+  };
+  EXPECT_EQ(comparable(env_f), comparable(env_e))
+      << "only forked: " << only_in(comparable(env_f), comparable(env_e))
+      << "\nonly exec'd: " << only_in(comparable(env_e), comparable(env_f));
   auto has = [&env_f](const std::string& kv) {
     return std::find(env_f.begin(), env_f.end(), kv) != env_f.end();
   };
