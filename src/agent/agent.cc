@@ -33,21 +33,6 @@
 namespace troupe::agent {
 namespace {
 
-// The fork server is off by default in AddressSanitizer builds: there LeakSanitizer's exit
-// check fails workers forked by it (they exit with code 1 on SIGTERM), so a clean shutdown is
-// reported unclean. TROUPE_FORK_SERVER=1 turns it on there too (fork_server_test does).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr const char* kForkServerDefault = "0";
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr const char* kForkServerDefault = "0";
-#else
-constexpr const char* kForkServerDefault = "1";
-#endif
-#else
-constexpr const char* kForkServerDefault = "1";
-#endif
-
 // True when this process's command line is its program name alone (/proc/self/cmdline).
 bool started_without_args() {
   std::ifstream f("/proc/self/cmdline", std::ios::binary);
@@ -621,7 +606,7 @@ AgentConfig config_from_environment() {
   c.socket_dir = env::get_or(agent_env::kSocketDir, c.session_dir + "/sockets");
   c.token = token::from_environment();
   c.log_to_terminal = env::get_or(agent_env::kLogToTerminal, "1") != "0";
-  c.fork_server = env::get_or(agent_env::kForkServer, kForkServerDefault) != "0";
+  c.fork_server = env::get_or(agent_env::kForkServer, "1") != "0";
   c.object_store_memory = std::stoll(env::get_or(agent_env::kObjectStoreMemory, "0"));
   return c;
 }

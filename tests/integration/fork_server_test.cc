@@ -27,8 +27,8 @@ extern char** environ;
 
 namespace {
 
-// These tests are about the fork server: it is on even where a sanitizer build turns it off by
-// default (agent.cc, kForkServerDefault). Set in the driver only (no TROUPE_ROLE): agents
+// These tests are about the fork server: on even if the user's environment turned it off. Set in
+// the driver only (no TROUPE_ROLE): agents
 // inherit it from there, and the agents and workers this binary becomes must not change it.
 [[maybe_unused]] const bool kForkServerOn = [] {
   return std::getenv("TROUPE_ROLE") != nullptr || ::setenv("TROUPE_FORK_SERVER", "1", 1) == 0;
