@@ -7,6 +7,7 @@ import threading
 
 import troupe
 from troupe.ray import _objects, _serial
+from troupe.ray._host import is_plain
 from troupe.ray import exceptions as rex
 
 
@@ -92,15 +93,21 @@ class ActorState:
         """Sends one call; `cell` is a _Cell, or a _PendingStream for a streaming call."""
         try:
             args, kwargs = resolve_refs(args, kwargs)
-            payload, buffers = _serial.dumps((args, kwargs))
+            # Scalars travel as troupe values; anything else is pickled here (out-of-band
+            # buffers included) so that it arrives as the same type.
+            pickled = not all(map(is_plain, args)) or not all(map(is_plain, kwargs.values()))
+            if pickled:
+                a, b = _serial.dumps((args, kwargs))
+            else:
+                a, b = list(args), kwargs
         except Exception as e:  # noqa: BLE001 - a failed argument fails this call
             cell.set_error(e)
             return
         if not isinstance(cell, _objects._Cell):
-            cell.bind(self.worker.stream("call_stream", method, payload, buffers))
+            cell.bind(self.worker.stream("call_stream", method, a, b, pickled))
             return
         host_method = "call_async" if self.use_async_path else "call"
-        cell.bind(self.worker.call(host_method, method, payload, buffers))
+        cell.bind(self.worker.call(host_method, method, a, b, pickled))
 
     def drain(self):
         """Sends the queued calls that can go, in order (on the runtime's dispatcher thread)."""

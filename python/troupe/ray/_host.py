@@ -42,24 +42,39 @@ def _error(fn_name, exc):
             os.getpid(), _context.node_ip())
 
 
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def is_plain(value):
+    """Whether troupe carries `value` natively (no pickling needed on either side)."""
+    return type(value) in _PLAIN
+
+
 def _ok(value):
+    if is_plain(value):
+        return ("ok", value)
     payload, buffers = _serial.dumps(value)
-    return ("ok", payload, buffers)
+    return ("okp", payload, buffers)
 
 
-def _run(fn_name, fn, payload, buffers):
+def _arguments(a, b, pickled):
+    """(args, kwargs): sent as troupe values, or pickled as (payload, buffers)."""
+    return _serial.loads(a, b) if pickled else (a, b)
+
+
+def _run(fn_name, fn, a, b, pickled):
     try:
-        args, kwargs = _serial.loads(payload, buffers)
+        args, kwargs = _arguments(a, b, pickled)
         return _ok(fn(*args, **kwargs))
     except Exception as e:  # noqa: BLE001 - reported to the caller as a RayTaskError
         return _error(fn_name, e)
 
 
-def _stream(fn_name, fn, payload, buffers):
+def _stream(fn_name, fn, a, b, pickled):
     """Yields each item of generator `fn` as a result tuple; an error ends the stream with an
     error tuple."""
     try:
-        args, kwargs = _serial.loads(payload, buffers)
+        args, kwargs = _arguments(a, b, pickled)
         for item in fn(*args, **kwargs):
             yield _ok(item)
     except Exception as e:  # noqa: BLE001
@@ -99,24 +114,23 @@ class ActorHost:
     def ready(self):
         return os.getpid()
 
-    def call(self, method, payload, buffers):
-        return _run(f"{self._name}.{method}", getattr(self._obj, method), payload, buffers)
+    def call(self, method, a, b, pickled):
+        return _run(f"{self._name}.{method}", getattr(self._obj, method), a, b, pickled)
 
-    def call_stream(self, method, payload, buffers):
-        yield from _stream(f"{self._name}.{method}", getattr(self._obj, method), payload,
-                           buffers)
+    def call_stream(self, method, a, b, pickled):
+        yield from _stream(f"{self._name}.{method}", getattr(self._obj, method), a, b, pickled)
 
-    async def call_async(self, method, payload, buffers):
+    async def call_async(self, method, a, b, pickled):
         name = f"{self._name}.{method}"
         fn = getattr(self._obj, method)
         if self._pool is not None:  # a threaded actor
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._pool, _run, name, fn, payload, buffers)
+            return await loop.run_in_executor(self._pool, _run, name, fn, a, b, pickled)
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self._concurrency)
         async with self._semaphore:
             try:
-                args, kwargs = _serial.loads(payload, buffers)
+                args, kwargs = _arguments(a, b, pickled)
                 out = fn(*args, **kwargs)
                 if inspect.isawaitable(out):
                     out = await out
@@ -146,12 +160,12 @@ class TaskHost:
     def run(self, spec, payload, buffers, task_context):
         with _context.task_scope(task_context):
             fn = self._fn(spec)
-            return _run(getattr(fn, "__qualname__", "task"), fn, payload, buffers)
+            return _run(getattr(fn, "__qualname__", "task"), fn, payload, buffers, True)
 
     def run_stream(self, spec, payload, buffers, task_context):
         with _context.task_scope(task_context):
             fn = self._fn(spec)
-            yield from _stream(getattr(fn, "__qualname__", "task"), fn, payload, buffers)
+            yield from _stream(getattr(fn, "__qualname__", "task"), fn, payload, buffers, True)
 
 
 

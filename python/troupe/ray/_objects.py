@@ -121,6 +121,8 @@ class _Cell:
 def decode_result(raw):
     """The value of a host's result tuple (troupe.ray._host); raises the task's error."""
     if raw[0] == "ok":
+        return raw[1]
+    if raw[0] == "okp":
         return _serial.loads(raw[1], raw[2])
     _, pickled, type_name, message, tb, pid, ip = raw
     cause = None
