@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import sys
 import threading
 import time
 
@@ -61,6 +62,9 @@ class Counter:
 
     def pid(self):
         return os.getpid()
+
+    def executable(self):
+        return sys.executable
 
     def env(self, name):
         return os.environ.get(name)

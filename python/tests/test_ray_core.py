@@ -1,6 +1,8 @@
 """troupe.ray, the core: init, tasks, actors, get/wait/put, kill, named actors, errors, options
 (real processes: an embedded 2-host cluster with declared GPUs)."""
 
+import os
+import sys
 import time
 
 import pytest
@@ -133,6 +135,16 @@ def test_fractional_gpus_share_a_gpu_and_env_vars_apply(cluster):
     assert ray.get([a.env.remote("MINE") for a in actors]) == ["0", "1", "2", "3"]
     for a in actors:
         ray.kill(a)
+
+
+def test_py_executable_runs_the_actor_on_that_interpreter(cluster, tmp_path):
+    python = tmp_path / "python-for-actor"
+    os.symlink(sys.executable, python)
+    a = w.Counter.options(runtime_env={"py_executable": str(python)}).remote()
+    assert ray.get(a.executable.remote(), timeout=30) == str(python)
+    with pytest.raises(rex.RuntimeEnvSetupError, match="does not exist"):
+        w.Counter.options(runtime_env={"py_executable": str(tmp_path / "none")})
+    ray.kill(a)
 
 
 def test_threaded_and_async_actors_overlap(cluster):

@@ -1,6 +1,8 @@
 """Checks of @ray.remote / .options() keyword arguments: the supported ones pass, the others fail
 at once naming the option and what to use instead (nothing is silently ignored)."""
 
+import os
+
 from troupe.ray import exceptions as rex
 
 COMMON = {"num_cpus", "num_gpus", "resources", "runtime_env", "scheduling_strategy", "name",
@@ -40,6 +42,10 @@ def check(options, allowed, where):
             f"{where}: runtime_env keys {sorted(extra)} are not supported by troupe.ray (it "
             "supports env_vars and py_executable: install packages into an interpreter and "
             "name it with py_executable)")
+    exe = renv.get("py_executable")
+    if exe is not None and not os.path.exists(exe):
+        raise rex.RuntimeEnvSetupError(f"{where}: runtime_env py_executable {exe!r} does not "
+                                       "exist")
     for key in ("max_retries", "max_task_retries"):
         if options.get(key) not in (None, 0):
             raise rex.NotSupportedError(
