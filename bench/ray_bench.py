@@ -91,14 +91,20 @@ def main():
     for rep in range(args.reps):
         rt["native"].append(_round_trip_native(native, args.calls))
         rt["ray"].append(_round_trip_ray(actor, args.calls))
-        up["native"].append(_startup_native(cluster, args.actors, rep))
-        up["ray"].append(_startup_ray(args.actors))
+        # Alternate which side starts first (the one started second may meet the exits of
+        # the first one's processes).
+        if rep % 2:
+            up["ray"].append(_startup_ray(args.actors))
+            up["native"].append(_startup_native(cluster, args.actors, rep))
+        else:
+            up["native"].append(_startup_native(cluster, args.actors, rep))
+            up["ray"].append(_startup_ray(args.actors))
     n_rt, r_rt = statistics.median(rt["native"]), statistics.median(rt["ray"])
     n_up, r_up = statistics.median(up["native"]), statistics.median(up["ray"])
     print(f"actor call round trip: troupe.ray {r_rt * 1e6:.0f} us, native {n_rt * 1e6:.0f} us, "
           f"ratio {r_rt / n_rt:.2f}")
     print(f"create {args.actors} actors: troupe.ray {r_up:.2f} s, native {n_up:.2f} s, "
-          f"ratio {r_up / n_up:.2f}")
+          f"ratio {r_up / n_up:.2f} (each rep: ray {up['ray']}, native {up['native']})")
     ray.shutdown()
     return 0
 

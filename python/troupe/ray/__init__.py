@@ -147,6 +147,8 @@ def _refs_list(object_refs, what):
 def get(object_refs, *, timeout=None):
     """The value of an ObjectRef (a list of values for a list); raises the task's error (a
     RayTaskError that is also the original type), RayActorError, or GetTimeoutError."""
+    if type(object_refs) is ObjectRef and object_refs._cell is not None:
+        return object_refs._result(timeout)  # one ref of this driver: no list, no lookup
     single, refs = _refs_list(object_refs, "get")
     values = _api.api().get(refs, timeout)
     return values[0] if single else values

@@ -69,6 +69,9 @@ class ActorState:
                                  f"(its methods: {sorted(self.methods)})")
         streaming = num_returns == "streaming" or (num_returns is None
                                                    and self.methods[method][0])
+        fast = self._send_now(method, args, kwargs, num_returns, streaming)
+        if fast is not None:
+            return fast
         with self.lock:
             ready = (self.worker is not None and not self.queue and self.dead is None
                      and not any(not r._done() for r in top_level_refs(args, kwargs)))
@@ -88,6 +91,21 @@ class ActorState:
                 self.queue.append((method, args, kwargs, cell))
                 self.runtime.post(self.drain)
         return out
+
+    def _send_now(self, method, args, kwargs, num_returns, streaming):
+        """The ref of a call sent at once (a running actor, nothing queued, scalar arguments,
+        one return value), or None when the general path must take it."""
+        worker = self.worker
+        if (worker is None or self.queue or streaming or num_returns not in (None, 1)
+                or not all(map(is_plain, args)) or not all(map(is_plain, kwargs.values()))):
+            return None
+        with self.lock:
+            if self.worker is not worker or self.queue:
+                return None
+            future = worker.call("call_async" if self.use_async_path else "call", method,
+                                 list(args), kwargs, False)
+        return _objects.ObjectRef(_objects.new_id(), _objects._Cell.of_future(
+            future, _objects.decode_result, self.error_of))
 
     def _send(self, method, args, kwargs, cell):
         """Sends one call; `cell` is a _Cell, or a _PendingStream for a streaming call."""
