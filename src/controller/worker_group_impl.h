@@ -2,6 +2,7 @@
 // worker_group.cc; dispatch along mesh axes in worker_group_dispatch.cc.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -50,6 +51,10 @@ class WorkerGroupImpl {
   std::string gpu_state(size_t idx, const std::string& label, std::chrono::milliseconds timeout);
 
   void check_worker_index(size_t idx) const;
+  // How many deaths the restart thread has taken from its queue. Each one taken is then
+  // decided and recorded in events_ (restart_events()); tests wait on this to know that a death
+  // is being decided.
+  size_t deaths_taken() const { return deaths_taken_.load(); }
 
  private:
   // The restart policy: deaths are queued by I/O-thread callbacks and handled on restarter_.
@@ -65,6 +70,7 @@ class WorkerGroupImpl {
   void record(size_t idx, const std::string& incarnation, RestartEvent::Action action,
               std::string detail);
   std::shared_ptr<RestartQueue> restart_queue_ = std::make_shared<RestartQueue>();
+  std::atomic<size_t> deaths_taken_{0};
   std::thread restarter_;
   std::mutex recreate_mu_;
 

@@ -104,6 +104,7 @@ void WorkerGroupImpl::restart_loop() {
       dead = q.dead.front();
       q.dead.pop_front();
     }
+    ++deaths_taken_;
     const auto& [idx, incarnation] = dead;
     std::optional<std::pair<RestartEvent::Action, std::string>> decided;
     {
