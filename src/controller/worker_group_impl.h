@@ -43,6 +43,8 @@ class WorkerGroupImpl {
   std::optional<ShutdownReport> report_;
 
   Worker worker(size_t idx) const;
+  // Replaces worker `idx` by a new incarnation NAME-rN (stopping the old one if alive); blocks
+  // until it is ready. Serialised with other recreations and the restart policy's decisions.
   Worker recreate_worker(size_t idx, const RecreateOptions& options = {});
   // Points creation_[idx] (and `o`, its copy) at a replacement bundle on a live host
   // (VirtualClusterImpl::replace_bundle). Blocking; called with recreate_mu_ held.
@@ -67,6 +69,13 @@ class WorkerGroupImpl {
   // Queues the restart policy's decision about `worker`'s death (any incarnation, any policy).
   void watch(size_t idx, const Worker& worker);
   void restart_loop();
+  enum class DeathOutcome { kDecided, kRetry, kShutDown };
+  // Decides about (and records) the death of `incarnation` of worker `idx`, restarting it when
+  // it is still current and the budget allows. Takes recreate_mu_, so that a recreate running
+  // when the death arrived has replaced the incarnation (making the death stale) first.
+  DeathOutcome handle_death(size_t idx, const std::string& incarnation);
+  // recreate_worker with recreate_mu_ held.
+  Worker recreate_locked(size_t idx, const RecreateOptions& options);
   void record(size_t idx, const std::string& incarnation, RestartEvent::Action action,
               std::string detail);
   std::shared_ptr<RestartQueue> restart_queue_ = std::make_shared<RestartQueue>();
