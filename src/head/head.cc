@@ -231,20 +231,7 @@ void Head::serve_driver_request(wire::Request&& r, const transport::Responder& r
       return resp.reply(reply.to_value());
     }
     if (r.method == control::Restore::kMethod) {
-      auto m = control::Restore::from(r.kwargs);
-      std::vector<BundleRequest> bundles;
-      std::vector<BundlePlacement> placed;
-      for (size_t b = 0; b < m.bundles.size(); ++b) {
-        const auto& s = m.bundles[b];
-        const auto& p = m.placed[b];
-        if (p.host < 0) throw Error(ErrorCode::kInvalidArgument, "a negative host id");
-        bundles.push_back(BundleRequest{s.cpus, s.gpus, s.memory_bytes, s.labels});
-        placed.push_back(BundlePlacement{static_cast<size_t>(p.host), p.gpu_ids, p.gpu_share});
-      }
-      restore(m.group_id, bundles, placed);
-      lease(from, m.group_id);
-      TROUPE_LOG(Info) << "placement group " << m.group_id << " booked again (" << bundles.size()
-                       << " bundle(s))";
+      restore_for(from, control::Restore::from(r.kwargs));
       return resp.reply(Value());
     }
     if (r.method == control::Release::kMethod) {
@@ -265,6 +252,25 @@ void Head::serve_driver_request(wire::Request&& r, const transport::Responder& r
     resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
                     "head: " + r.method + ": " + e.message()));
   }
+}
+
+void Head::restore_for(const std::shared_ptr<transport::RpcPeer>& from,
+                       const wire::control::Restore& m) {
+  std::vector<BundleRequest> bundles;
+  std::vector<BundlePlacement> placed;
+  for (size_t b = 0; b < m.bundles.size(); ++b) {
+    const auto& s = m.bundles[b];
+    const auto& p = m.placed[b];
+    if (p.host < 0)
+      throw Error(ErrorCode::kInvalidArgument, "bundle " + std::to_string(b) + " is on host " +
+                                                   std::to_string(p.host) + ", a negative id");
+    bundles.push_back(BundleRequest{s.cpus, s.gpus, s.memory_bytes, s.labels});
+    placed.push_back(BundlePlacement{static_cast<size_t>(p.host), p.gpu_ids, p.gpu_share});
+  }
+  restore(m.group_id, bundles, placed);
+  lease(from, m.group_id);
+  TROUPE_LOG(Info) << "placement group " << m.group_id << " booked again (" << bundles.size()
+                   << " bundle(s))";
 }
 
 void Head::lease(const std::shared_ptr<transport::RpcPeer>& from, const std::string& group_id) {

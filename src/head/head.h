@@ -30,6 +30,7 @@
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
 #include "troupe/future.h"
+#include "wire/head_protocol.h"
 
 namespace troupe::head {
 
@@ -101,6 +102,9 @@ class Head {
   void serve_status();
   void serve_driver_request(wire::Request&& r, const transport::Responder& resp,
                             const std::shared_ptr<transport::RpcPeer>& from);
+  // Serves a driver's restore request: books m's group again and leases it to `from`. Throws.
+  void restore_for(const std::shared_ptr<transport::RpcPeer>& from,
+                   const wire::control::Restore& m);
   // Records `group_id` as a reservation of the driver connection `from` (released when it
   // closes); the first one starts heartbeats on it.
   void lease(const std::shared_ptr<transport::RpcPeer>& from, const std::string& group_id);

@@ -5,8 +5,11 @@
 # with TROUPE_ADDRESS and TROUPE_TOKEN. Cases: sharded dispatch across the hosts with worker
 # output forwarded; unauthenticated clients refused on every listening port of every daemon and
 # worker; a driver killed with SIGKILL leaves no worker on any host; a host cut off (nftables
-# drop, then link down) fails its calls with kHostLost and rejoins; a hung agent (SIGSTOP) is
-# lost without a false alarm on the other host; an ObjectRef reaches each host's agent once.
+# drop, then link down) fails its calls with kHostLost and rejoins; a host cut off from the head
+# only keeps its workers (the driver logs that decision); a hung agent (SIGSTOP) is lost without
+# a false alarm on the other host; an ObjectRef reaches each host's agent once; the head killed
+# and restarted on the same address takes back the agents and the same driver, whose placement
+# groups it books again.
 #
 #   multihost_test.sh TROUPE_CLI MULTIHOST_TEST_BINARY
 #
