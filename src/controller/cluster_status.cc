@@ -53,7 +53,7 @@ Value ClusterImpl::status() const {
   auto memory = host_memory(std::chrono::seconds(10));
   std::vector<std::string> free;
   try {
-    if (head_client_) free = head_client_->describe_free();
+    free = head_client_->describe_free();
   } catch (const Error& e) {
     TROUPE_LOG(Warning) << "status: " << e.message();
   }
@@ -87,12 +87,10 @@ Value ClusterImpl::status() const {
 }
 
 std::vector<HostInfo> ClusterImpl::hosts() const {
-  if (standing_) {
-    try {
-      refresh_hosts();
-    } catch (const Error& e) {
-      TROUPE_LOG(Warning) << "the host list may be stale: " << e.message();
-    }
+  try {
+    backend_->refresh_hosts();
+  } catch (const Error& e) {
+    TROUPE_LOG(Warning) << "the host list may be stale: " << e.message();
   }
   std::vector<HostInfo> out;
   std::lock_guard<std::mutex> lock(hosts_mu_);
@@ -105,8 +103,7 @@ std::vector<HostInfo> ClusterImpl::hosts() const {
     h.num_cpus = r.num_cpus;
     h.gpu_ids = r.gpu_ids;
     h.labels = r.labels;
-    h.agent_pid = standing_ ? r.agent_pid : agents_[i].pid;
-    h.alive = standing_ ? r.alive : agents_[i].client && !agents_[i].client->closed();
+    backend_->describe_host(i, h);
     out.push_back(h);
   }
   return out;
