@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 #include "agent/containment.h"
@@ -182,24 +181,6 @@ void ForkServer::on_reaped(pid_t pid) {
   if (pid != pid_ || pid_ <= 0) return;
   reaped_ = true;
   if (sock_ >= 0) fail("it exited");
-}
-
-namespace {
-// True when this process's command line is its program name alone (/proc/self/cmdline).
-bool started_without_args() {
-  static const bool without = [] {
-    std::ifstream f("/proc/self/cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    return std::count(cmdline.begin(), cmdline.end(), '\0') <= 1;
-  }();
-  return without;
-}
-}  // namespace
-
-ForkServer* ForkServerChoice::for_executable(const std::string& executable) {
-  if (!enabled_ || executable != env::self_executable() || !started_without_args()) return nullptr;
-  if (!server_) server_ = std::make_unique<ForkServer>(executable, env::to_strings(env::current()));
-  return server_->usable() ? server_.get() : nullptr;
 }
 
 std::optional<pid_t> ForkServer::spawn(const Request& request) {

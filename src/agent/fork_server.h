@@ -44,9 +44,9 @@
 
 namespace troupe::agent {
 
-// Agent side. One per agent and executable. Not thread-safe: the agent's I/O thread only.
-// spawn() blocks that thread for one round trip (two forks in the fork server), bounded by a
-// deadline.
+// Agent side. One per executable of an agent (fork_server_choice.h). Not thread-safe: the agent's
+// I/O thread only. spawn() blocks that thread for one round trip (two forks in the fork server),
+// bounded by a deadline.
 class ForkServer {
  public:
   // Starts `executable` in fork-server mode with `env` (the agent's; "KEY=VALUE"). Never throws;
@@ -85,25 +85,6 @@ class ForkServer {
   int sock_ = -1;
   bool greeted_ = false;
   bool reaped_ = false;
-};
-
-// The agent's choice of fork server: the one of its own executable, started on first use, and
-// only when the agent was started without arguments (a C++ driver re-executed: an agent run as
-// `python3 -c ...` would start a bare interpreter). I/O thread of the agent only.
-class ForkServerChoice {
- public:
-  explicit ForkServerChoice(bool enabled) : enabled_(enabled) {}
-  // The fork server that can start `executable`, or null.
-  ForkServer* for_executable(const std::string& executable);
-  void on_reaped(pid_t pid) {
-    if (server_) server_->on_reaped(pid);
-  }
-  // Closes the fork server (FS-5: it exits on its socket's EOF; waited for).
-  void reset() { server_.reset(); }
-
- private:
-  bool enabled_;
-  std::unique_ptr<ForkServer> server_;
 };
 
 // The fork server's own side, in the process started by ForkServer (TROUPE_ROLE=forkserver).

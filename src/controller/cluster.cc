@@ -15,6 +15,7 @@
 #include "common/process.h"
 #include "common/token.h"
 #include "controller/cluster_impl.h"
+#include "controller/init.h"
 #include "troupe/worker_class.h"
 #include "wire/control.h"
 #include "wire/head_protocol.h"
@@ -400,7 +401,8 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
     request.args = exe->args;
     for (const auto& [k, v] : exe->env) vars.emplace(k, v);
   } else if (standing_) {
-    request.executable = env::self_executable();  // the agent's own binary is `troupe`
+    request.executable = env::self_executable();    // the agent's own binary is `troupe`
+    request.fork_server = internal::initialised();  // a C++ driver: its binary serves the role
   }
   request.env = std::move(vars);
   std::string log_path = session_dir_ + "/logs/" + options.name + ".log";
