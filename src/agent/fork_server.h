@@ -1,6 +1,7 @@
-// The per-host fork server: a copy of the agent's own executable, exec'd once in "fork-server
-// mode" (TROUPE_ROLE=forkserver) before any thread exists, that forks each new worker of that
-// executable instead of the agent fork+exec'ing it. A fork skips exec, dynamic linking and
+// A fork server: a copy of a troupe C++ binary (an embedded agent's own executable, or on a
+// standing agent a driver's binary: fork_server_choice.h), exec'd once in "fork-server mode"
+// (TROUPE_ROLE=forkserver, entered in troupe::init before any thread exists), that forks each
+// new worker of that executable instead of the agent fork+exec'ing it. A fork skips exec, dynamic linking and
 // static initialisation, so a worker starts at close to process-creation speed.
 //
 // Processes: agent -> fork server (a child of the agent, PR_SET_PDEATHSIG SIGKILL) -> for each
