@@ -100,8 +100,9 @@ mode_t current_umask() {
 
 }  // namespace
 
-ForkServer::ForkServer(std::string executable, std::vector<std::string> env)
-    : executable_(std::move(executable)) {
+ForkServer::ForkServer(std::string executable, std::vector<std::string> env,
+                       std::chrono::milliseconds max_block)
+    : executable_(std::move(executable)), max_block_(max_block) {
   // FS-3: the workers' intermediate parent exits at once; they must come to us, not to init.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     fail(std::string("PR_SET_CHILD_SUBREAPER: ") + std::strerror(errno));
@@ -186,8 +187,14 @@ void ForkServer::on_reaped(pid_t pid) {
 std::optional<pid_t> ForkServer::spawn(const Request& request) {
   if (sock_ < 0) return std::nullopt;
   if (!greeted_) {
+    const auto hello_deadline = started_ + kHelloTimeout;
+    auto deadline = hello_deadline;
+    if (max_block_.count() > 0) deadline = std::min(deadline, Clock::now() + max_block_);
+    // The greeting is one 4-byte write: readable means all of it (or EOF, which read_int sees).
+    if (!wait_fd(sock_, POLLIN, deadline) && Clock::now() < hello_deadline)
+      return std::nullopt;  // still starting: exec this one, not a failure
     int32_t hello = -1;
-    if (!read_int(sock_, &hello, Clock::now() + kHelloTimeout)) {
+    if (!read_int(sock_, &hello, hello_deadline)) {
       fail("no greeting");
       return std::nullopt;
     }
@@ -217,7 +224,8 @@ std::optional<pid_t> ForkServer::spawn(const Request& request) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
   std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-  auto deadline = Clock::now() + kRequestTimeout;
+  auto deadline = Clock::now() + (max_block_.count() > 0 ? std::min(max_block_, kRequestTimeout)
+                                                         : kRequestTimeout);
   ssize_t sent;
   for (;;) {
     sent = ::sendmsg(sock_, &msg, MSG_NOSIGNAL);

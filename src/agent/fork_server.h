@@ -1,8 +1,8 @@
 // A fork server: a copy of a troupe C++ binary (an embedded agent's own executable, or on a
 // standing agent a driver's binary: fork_server_choice.h), exec'd once in "fork-server mode"
 // (TROUPE_ROLE=forkserver, entered in troupe::init before any thread exists), that forks each
-// new worker of that executable instead of the agent fork+exec'ing it. A fork skips exec, dynamic linking and
-// static initialisation, so a worker starts at close to process-creation speed.
+// new worker of that executable instead of the agent fork+exec'ing it. A fork skips exec, dynamic
+// linking and static initialisation, so a worker starts at close to process-creation speed.
 //
 // Processes: agent -> fork server (a child of the agent, PR_SET_PDEATHSIG SIGKILL) -> for each
 // request, the worker, forked with CLONE_PARENT: its parent is the agent from birth, which
@@ -38,6 +38,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,7 +54,14 @@ class ForkServer {
   // Starts `executable` in fork-server mode with `env` (the agent's; "KEY=VALUE"). Never throws;
   // a fork server that could not start makes every spawn() return nullopt. Makes the calling
   // process a child subreaper (required by FS-3).
-  ForkServer(std::string executable, std::vector<std::string> env);
+  // `max_block` > 0 bounds how long one spawn() blocks the caller (a standing agent, whose
+  // clients declare it lost when it is silent): a spawn() that comes while the fork server is
+  // still starting returns nullopt after that long without giving up on it (that start is
+  // exec'd; a later one uses it once it greeted, or gives up at the greeting's deadline), and a
+  // request gets that long at most. 0: the full deadlines (the first spawn waits for the
+  // greeting).
+  ForkServer(std::string executable, std::vector<std::string> env,
+             std::chrono::milliseconds max_block = std::chrono::milliseconds(0));
   // Closes the socket and waits (bounded) for the fork server to exit; kills it if it does not.
   ~ForkServer();
   ForkServer(const ForkServer&) = delete;
@@ -82,6 +90,8 @@ class ForkServer {
   void fail(const std::string& why);
 
   std::string executable_;
+  std::chrono::milliseconds max_block_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   pid_t pid_ = -1;
   int sock_ = -1;
   bool greeted_ = false;

@@ -75,7 +75,9 @@ ForkServer* ForkServerChoice::standing_server(const std::string& executable,
 }
 
 ForkServer* ForkServerChoice::start(const std::string& executable, const FileId& id) {
-  auto server = std::make_unique<ForkServer>(executable, env::to_strings(env::current()));
+  auto server =
+      std::make_unique<ForkServer>(executable, env::to_strings(env::current()),
+                                   standing_ ? kStandingMaxBlock : std::chrono::milliseconds(0));
   ForkServer* raw = server.get();
   servers_[executable] = Entry{id, std::move(server)};
   if (standing_ && raw->pid() > 0)

@@ -20,6 +20,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <ctime>
 #include <map>
@@ -34,6 +35,10 @@ namespace troupe::agent {
 class ForkServerChoice {
  public:
   static constexpr size_t kMaxServers = 8;
+
+  // How long a standing agent's start may wait on its fork server (ForkServer's max_block):
+  // well below a driver's default host-lost timeout (700 ms).
+  static constexpr std::chrono::milliseconds kStandingMaxBlock{250};
 
   // `enabled` false: never a fork server. `standing`: the standing agent's rules (above).
   ForkServerChoice(bool enabled, bool standing) : enabled_(enabled), standing_(standing) {}

@@ -4,15 +4,18 @@
 // changes, at most kMaxServers, and none left after reset (FS-5).
 #include "agent/fork_server_choice.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -101,6 +104,40 @@ TEST(ForkServerChoice, StandingAgentKeepsOneForkServerPerVouchedExecutable) {
 
   choice.reset();  // FS-5
   for (pid_t pid : pids) EXPECT_TRUE(gone(pid)) << pid;
+}
+
+// A standing agent's start does not wait long for a fork server that is still starting: it is
+// exec'd (nullopt) after kStandingMaxBlock and the fork server stays in use; a later start gets
+// a forked worker once it greeted.
+TEST(ForkServerChoice, StandingStartDoesNotWaitForAForkServerStillStarting) {
+  LinkDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  ForkServerChoice choice(/*enabled=*/true, /*standing=*/true);
+  ForkServer* server = choice.for_start(dir.link("slow"), true, troupe::env::current());
+  ASSERT_NE(server, nullptr);
+  ASSERT_EQ(::kill(server->pid(), SIGSTOP), 0);  // it cannot greet
+  int null_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  int ready[2], token[2];
+  ASSERT_EQ(::pipe2(ready, O_CLOEXEC), 0);
+  ASSERT_EQ(::pipe2(token, O_CLOEXEC), 0);
+  ForkServer::Request request;
+  request.env = {"PATH=/usr/bin:/bin"};  // no TROUPE_ROLE: the forked child exits at once
+  request.stdout_fd = request.stderr_fd = null_fd;
+  request.ready_fd = ready[1];
+  request.token_fd = token[0];
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(server->spawn(request));
+  auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, ForkServerChoice::kStandingMaxBlock);
+  EXPECT_LT(waited, std::chrono::seconds(2));
+  EXPECT_TRUE(server->usable());  // not given up on
+  ASSERT_EQ(::kill(server->pid(), SIGCONT), 0);
+  std::optional<pid_t> forked;
+  for (int i = 0; i < 40 && !forked && server->usable(); ++i) forked = server->spawn(request);
+  ASSERT_TRUE(forked);
+  int status = 0;
+  EXPECT_EQ(::waitpid(*forked, &status, 0), *forked);  // our child (FS-3)
+  for (int fd : {null_fd, ready[0], ready[1], token[0], token[1]}) ::close(fd);
 }
 
 TEST(ForkServerChoice, DisabledOrEmbeddedForOtherExecutablesGivesNone) {

@@ -425,6 +425,15 @@ class StandingHost {
   pid_t head_ = -1, agent_ = -1;
 };
 
+// A first worker, so that the fork server (started on first use) is up for the next starts: a
+// standing agent execs the starts that come while its fork server still starts
+// (ForkServerChoice::kStandingMaxBlock).
+Worker warm_up(Cluster& cluster) {
+  Worker w = cluster.start_worker(calculator("warm-up"));
+  w.ready().get(kDeadline);
+  return w;
+}
+
 ClusterOptions standing_options() {
   ClusterOptions o;  // TROUPE_ADDRESS: the standing head
   o.log_to_driver = false;
@@ -437,6 +446,8 @@ TEST(StandingForkServer, ForkedWorkerStartsAsAnExecdOneWould) {
   StandingHost host;
   ::setenv("FORK_SERVER_TEST_VAR", "from the driver", 1);
   Cluster cluster(standing_options());
+  EXPECT_TRUE(children_of(host.agent()).empty());  // no fork server before a start asks for one
+  Worker warm = warm_up(cluster);
   auto forked_opts = worker_options("StartProbe", "forked");
   forked_opts.gpus = {1};
   auto execd_opts = worker_options("StartProbe", "execd");
@@ -457,10 +468,11 @@ TEST(StandingForkServer, ForkedWorkerStartsAsAnExecdOneWould) {
 TEST(StandingForkServer, KillingTheForkServerFallsBackToExec) {
   StandingHost host;
   Cluster cluster(standing_options());
+  Worker warm = warm_up(cluster);
   Worker a = cluster.start_worker(calculator("before"));
   a.ready().get(kDeadline);
   ASSERT_EQ(host.launch_of(a), "fork_server") << host.agent_log();
-  pid_t server = fork_server_of(host.agent(), {a.pid()});
+  pid_t server = fork_server_of(host.agent(), {warm.pid(), a.pid()});
   ASSERT_GT(server, 0);
   ASSERT_EQ(::kill(server, SIGKILL), 0);
   ASSERT_TRUE(wait_gone(server, kDeadline));  // reaped by the agent
@@ -483,14 +495,16 @@ TEST(StandingForkServer, KillingTheForkServerFallsBackToExec) {
 TEST(StandingForkServer, ForkServerEndsWithItsAgent) {
   StandingHost host;
   Cluster cluster(standing_options());
+  Worker warm = warm_up(cluster);
   Worker a = cluster.start_worker(calculator("a"));
   a.ready().get(kDeadline);
   ASSERT_EQ(host.launch_of(a), "fork_server") << host.agent_log();
-  pid_t server = fork_server_of(host.agent(), {a.pid()});
+  pid_t server = fork_server_of(host.agent(), {warm.pid(), a.pid()});
   ASSERT_GT(server, 0);
   ASSERT_TRUE(host.stop_agent());
   EXPECT_TRUE(wait_gone(server, kDeadline)) << server;
   EXPECT_TRUE(wait_gone(a.pid(), kDeadline)) << a.pid();
+  EXPECT_TRUE(wait_gone(warm.pid(), kDeadline)) << warm.pid();
 }
 
 }  // namespace
