@@ -184,26 +184,29 @@ void ForkServer::on_reaped(pid_t pid) {
   if (sock_ >= 0) fail("it exited");
 }
 
+bool ForkServer::greet() {
+  const auto hello_deadline = started_ + kHelloTimeout;
+  auto deadline = hello_deadline;
+  if (max_block_.count() > 0) deadline = std::min(deadline, Clock::now() + max_block_);
+  // The greeting is one 4-byte write: readable means all of it (or EOF, which read_int sees).
+  if (!wait_fd(sock_, POLLIN, deadline) && Clock::now() < hello_deadline)
+    return false;  // still starting: exec this one, not a failure
+  int32_t hello = -1;
+  if (!read_int(sock_, &hello, hello_deadline)) {
+    fail("no greeting");
+    return false;
+  }
+  if (hello != fork_protocol::kHelloOk) {
+    fail(hello == fork_protocol::kHelloThreads ? "it runs threads" : "it refused");
+    return false;
+  }
+  greeted_ = true;
+  return true;
+}
+
 std::optional<pid_t> ForkServer::spawn(const Request& request) {
   if (sock_ < 0) return std::nullopt;
-  if (!greeted_) {
-    const auto hello_deadline = started_ + kHelloTimeout;
-    auto deadline = hello_deadline;
-    if (max_block_.count() > 0) deadline = std::min(deadline, Clock::now() + max_block_);
-    // The greeting is one 4-byte write: readable means all of it (or EOF, which read_int sees).
-    if (!wait_fd(sock_, POLLIN, deadline) && Clock::now() < hello_deadline)
-      return std::nullopt;  // still starting: exec this one, not a failure
-    int32_t hello = -1;
-    if (!read_int(sock_, &hello, hello_deadline)) {
-      fail("no greeting");
-      return std::nullopt;
-    }
-    if (hello != fork_protocol::kHelloOk) {
-      fail(hello == fork_protocol::kHelloThreads ? "it runs threads" : "it refused");
-      return std::nullopt;
-    }
-    greeted_ = true;
-  }
+  if (!greeted_ && !greet()) return std::nullopt;
   std::string body = fork_protocol::encode_strings(request.cwd, request.env);
   if (body.size() > fork_protocol::kMaxBody) return std::nullopt;  // this one only: exec it
   int fds[fork_protocol::kMaxFds] = {request.stdout_fd, request.stderr_fd, request.ready_fd,

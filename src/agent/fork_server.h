@@ -88,6 +88,9 @@ class ForkServer {
 
  private:
   void fail(const std::string& why);
+  // Reads the fork server's greeting (bounded by max_block_ and the greeting's deadline); false
+  // when it cannot serve this spawn (still starting, or failed).
+  bool greet();
 
   std::string executable_;
   std::chrono::milliseconds max_block_;
