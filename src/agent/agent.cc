@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "agent/containment.h"
-#include "agent/fork_server.h"
+#include "agent/fork_server_choice.h"
 #include "agent/gpu_probe.h"
 #include "agent/port_book.h"
 #include "agent/worker_table.h"
@@ -58,7 +58,7 @@ class Agent {
       : config_(std::move(config)),
         signals_(io_),
         ports_(config_.address),
-        fork_servers_(config_.fork_server) {}
+        fork_servers_(config_.fork_server, config_.standing) {}
 
   int run() {
     log::set_role("agent:" + config_.host_name);
@@ -84,14 +84,16 @@ class Agent {
       containment_ = Containment::create(env::get_or(kCgroupsEnv, "1") != "0");
       table_ = std::make_unique<WorkerTable>(
           io_, worker_host(), ports_, *containment_,
-          [this](const std::string& exe) { return fork_servers_.for_executable(exe); },
+          [this](const std::string& exe, const control::StartWorker& request) {
+            return fork_servers_.for_start(exe, request.fork_server, request.env);
+          },
           [this](const control::WorkerExited& e) { broadcast_exit(e); });
     } catch (const Error& e) {
       TROUPE_LOG(Error) << e.message();
       return 3;
     }
     // Embedded: the fork server now (overlapping start-up); standing: on first use, if ever.
-    if (!config_.standing) fork_servers_.for_executable(env::self_executable());
+    if (!config_.standing) fork_servers_.start_own();
     signals_.add(SIGCHLD);
     signals_.add(SIGTERM);
     signals_.add(SIGINT);
@@ -105,7 +107,7 @@ class Agent {
       if (auto c = weak.lock()) c->close(Error(ErrorCode::kShutdown, "agent exiting"));
     io_.restart();
     io_.poll();
-    fork_servers_.reset();    // FS-5: it exits on its socket's EOF; waited for
+    fork_servers_.reset();    // FS-5: each exits on its socket's EOF; waited for
     containment_->end_all();  // CT-3
     store_->release_all();
     remove_sockets();

@@ -76,8 +76,10 @@ struct AgentConfig {
   // Heartbeats on the head's and every client's connection (transport RPC-HB); 0: none.
   std::chrono::milliseconds heartbeat_interval{0};
   std::chrono::milliseconds heartbeat_timeout{0};
-  // Start workers of the agent's own executable through a fork server (fork_server.h); other
-  // executables, wrapped workers and workers with arguments are exec'd either way.
+  // Start workers through fork servers (fork_server.h): an embedded agent's of its own
+  // executable; a standing agent's of each driver binary it is asked for, started on first use
+  // (fork_server_choice.h). Other executables, wrapped workers and workers with arguments are
+  // exec'd either way.
   bool fork_server = true;
   // The object store's capacity in bytes (store/host_store.h); <= 0: 30 % of MemTotal.
   int64_t object_store_memory = 0;

@@ -107,7 +107,7 @@ WorkerLaunch WorkerTable::make_launch(const control::StartWorker& request,
   launch.token = host_.token;
   launch.env = env::to_strings(vars);
   if (launch.wrapper.empty() && launch.args.empty() && fork_server_for_)
-    launch.fork_server = fork_server_for_(launch.executable);
+    launch.fork_server = fork_server_for_(launch.executable, request);
   return launch;
 }
 

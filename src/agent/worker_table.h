@@ -57,8 +57,9 @@ class WorkerTable {
 
   // Every worker's exit, once (WT-2), for the agent to send to its clients.
   using ExitHandler = std::function<void(const control::WorkerExited&)>;
-  // The fork server that can start `executable`, or null (fork_server.h).
-  using ForkServerFor = std::function<ForkServer*(const std::string& executable)>;
+  // The fork server that can start `executable` for `request`, or null (fork_server_choice.h).
+  using ForkServerFor = std::function<ForkServer*(const std::string& executable,
+                                                  const control::StartWorker& request)>;
   // Called once: with the reply when the worker is ready, or with why it is not.
   using StartHandler = std::function<void(const control::StartWorkerReply* reply, const Error* e)>;
   using LineHandler = std::function<void(const std::string& line, bool is_stderr)>;

@@ -13,6 +13,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "controller/cluster_impl.h"
+#include "controller/init.h"
 #include "troupe/worker_class.h"
 #include "wire/control.h"
 #include "worker/worker_env.h"
@@ -244,7 +245,10 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
     request.args = exe->args;
     for (const auto& [k, v] : exe->env) vars.emplace(k, v);
   } else {
+    // Empty on an embedded cluster (its agents run this binary); on a standing one this binary,
+    // which serves the fork-server role when troupe::init ran (a C++ driver).
     request.executable = backend_->own_class_executable();
+    request.fork_server = !request.executable.empty() && internal::initialised();
   }
   request.env = std::move(vars);
   std::string log_path = session_dir_ + "/logs/" + options.name + ".log";

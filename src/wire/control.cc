@@ -27,7 +27,8 @@ Map StartWorker::to_map() const {
              {"start_timeout_ms", start_timeout_ms},
              {"executable", executable},
              {"args", troupe::to_value(args)},
-             {"env", troupe::to_value(env)}};
+             {"env", troupe::to_value(env)},
+             {"fork_server", fork_server}};
 }
 
 StartWorker StartWorker::from(const Value& kwargs) {
@@ -43,6 +44,7 @@ StartWorker StartWorker::from(const Value& kwargs) {
   m.executable = f.optional<std::string>("executable", "");
   m.args = f.optional<std::vector<std::string>>("args", {});
   m.env = f.optional<std::map<std::string, std::string>>("env", {});
+  m.fork_server = f.optional<bool>("fork_server", false);
   return m;
 }
 

@@ -67,6 +67,10 @@ struct StartWorker {
   std::vector<std::string> args;
   // The worker's whole environment, less troupe's own variables (the agent adds those).
   std::map<std::string, std::string> env;
+  // The driver vouches that `executable` is a troupe C++ binary that enters its role in
+  // troupe::init (its own binary, and it called troupe::init): a standing agent may fork the
+  // worker from a fork server of that binary (agent/fork_server.h) instead of exec'ing it.
+  bool fork_server = false;
 
   bool operator==(const StartWorker&) const = default;
   Map to_map() const;

@@ -25,6 +25,7 @@ TEST(ControlMessages, AgentRequestsRoundTrip) {
   start.executable = "/usr/bin/python3";
   start.args = {"-m", "troupe._worker"};
   start.env = {{"RANK", "1"}, {"PATH", "/usr/bin"}};
+  start.fork_server = true;
   EXPECT_EQ(StartWorker::from(through_request(start)), start);
   EXPECT_EQ(StopWorker::from(through_request(StopWorker{"w", 250})), (StopWorker{"w", 250}));
   ReservePorts ports{"group-a", 3, 1500, 1600};
@@ -84,6 +85,7 @@ TEST(ControlMessages, OptionalFieldsTakeTheirDefaults) {
   EXPECT_TRUE(s.log_to_terminal);
   EXPECT_EQ(s.start_timeout_ms, 60000);
   EXPECT_EQ(s.executable, "");
+  EXPECT_FALSE(s.fork_server);  // an older driver's request: exec
   ReservePorts p = ReservePorts::from(Map{{"owner", "o"}});
   EXPECT_EQ(p, (ReservePorts{"o", 1, 1400, 2000}));
   // Unknown fields are ignored.
