@@ -23,23 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace control = wire::control;
 
-// The newest session directory of this user with a head socket.
-std::string newest_session() {
-  fs::path base = env::get_or("TMPDIR", "/tmp") + "/troupe-" + std::to_string(::getuid());
-  std::error_code ec;
-  std::string best;
-  fs::file_time_type best_time;
-  for (const auto& e : fs::directory_iterator(base, ec)) {
-    if (!fs::exists(internal::socket_dir_of(e.path().string()) + "/head.sock", ec)) continue;
-    auto t = fs::last_write_time(e.path(), ec);
-    if (best.empty() || t > best_time) {
-      best = e.path().string();
-      best_time = t;
-    }
-  }
-  return best;
-}
-
 std::string mib(const Value* v) {
   if (!v || !v->is_int()) return "?";
   char buf[32];
@@ -183,6 +166,22 @@ Value with_agents(Value status, const std::string& token) {
 }
 
 }  // namespace
+
+std::string newest_session() {
+  fs::path base = env::get_or("TMPDIR", "/tmp") + "/troupe-" + std::to_string(::getuid());
+  std::error_code ec;
+  std::string best;
+  fs::file_time_type best_time;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    if (!fs::exists(internal::socket_dir_of(e.path().string()) + "/head.sock", ec)) continue;
+    auto t = fs::last_write_time(e.path(), ec);
+    if (best.empty() || t > best_time) {
+      best = e.path().string();
+      best_time = t;
+    }
+  }
+  return best;
+}
 
 Value ask_head_status(const std::string& endpoint, const std::string& token) {
   return ask(endpoint, token, "status");

@@ -149,5 +149,80 @@ TEST_F(TwoHostCluster, StatusShowsAStoppedAgentAsNotAnswering) {
   EXPECT_HAS(b.str(), "not answering (head: up)");
 }
 
+// `troupe logs` on a group of two workers (one per host) that said known lines (FailProbe::say
+// writes a line to stderr): the last 2 lines of one worker, exactly, prefixed; every worker of
+// the group; a line written after `--follow` started, which then ends when the worker dies; the
+// log still readable after that; an unknown name an error listing the workers.
+TEST_F(TwoHostCluster, LogsReadsWorkersThroughTheirAgentsAlsoAfterDeath) {
+  auto options = troupe::ClusterOptions::local(1);  // TROUPE_ADDRESS: the standing head
+  options.log_to_driver = false;
+  troupe::Cluster driver(options);
+  auto vc_opts = vc_options({1, 1});
+  vc_opts.use_gpus = false;
+  troupe::VirtualCluster vc(driver, vc_opts);
+  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("FailProbe"), group_options("talker"));
+  std::vector<troupe::Worker> ws = group.workers();
+  ASSERT_EQ(ws.size(), 2u);
+  std::vector<std::string> names, prefixes;
+  for (const auto& w : ws) {
+    names.push_back(w.name());
+    prefixes.push_back("(" + w.name() + " pid=" + std::to_string(w.pid()) + ") ");
+    for (const char* word : {"first", "second", "third"})
+      ASSERT_TRUE(w.call("say", {{"line", w.name() + " says " + word}}).wait_for(kDeadline));
+  }
+  // The agent writes the lines to the log as it reads them from the worker's pipe.
+  const std::string third0 = prefixes[0] + names[0] + " says third\n";
+  Ran r;
+  EXPECT_TRUE(eventually(
+      [&] {
+        return (r = logs({names[0], "--tail", "1"})).output == third0;
+      },
+      kDeadline))
+      << r.output;
+  r = logs({names[0], "--tail", "2"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.output, prefixes[0] + names[0] + " says second\n" + third0);
+
+  r = logs({"talker"});  // the group: both workers, whole logs
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (size_t i = 0; i < 2; ++i)
+    for (const char* word : {"first", "second", "third"})
+      EXPECT_HAS(r.output, prefixes[i] + names[i] + " says " + word + "\n");
+
+  TempDir out;
+  pid_t follow =
+      spawn_to_file({TROUPE_CLI_PATH, "logs", "--address", address_, names[1], "--follow"},
+                    out.path() + "/follow");
+  EXPECT_TRUE(eventually(
+      [&] { return read_file(out.path() + "/follow").find(" says third") != std::string::npos; },
+      kDeadline))
+      << read_file(out.path() + "/follow");
+  ASSERT_TRUE(ws[1].call("say", {{"line", "a late line"}}).wait_for(kDeadline));
+  EXPECT_TRUE(eventually(
+      [&] {
+        return read_file(out.path() + "/follow").find(prefixes[1] + "a late line\n") !=
+               std::string::npos;
+      },
+      kDeadline))
+      << read_file(out.path() + "/follow");
+  ASSERT_EQ(::kill(ws[1].pid(), SIGKILL), 0);
+  int status = -1;
+  EXPECT_TRUE(eventually([&] { return ::waitpid(follow, &status, WNOHANG) == follow; }, kDeadline))
+      << "--follow did not end when the worker died";
+  if (!WIFEXITED(status)) ::kill(follow, SIGKILL), ::waitpid(follow, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << read_file(out.path() + "/follow");
+
+  r = logs({names[1]});  // the dead worker's log, through its agent
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, prefixes[1] + names[1] + " says first\n");
+  EXPECT_HAS(r.output, prefixes[1] + "a late line\n");
+
+  r = logs({"nosuch"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_HAS(r.output, "troupe logs: no worker or group 'nosuch' (workers: ");
+  EXPECT_HAS(r.output, names[0]);
+  EXPECT_HAS(r.output, names[1]);
+}
+
 }  // namespace
 }  // namespace troupe_failure
