@@ -44,9 +44,10 @@ Agents::Agents(std::vector<AgentHost> hosts, const std::string& token, Clock::ti
       continue;
     }
     auto connected = pending[i] = std::make_shared<Connected>();
-    // The callback may run after the deadline passed: it owns what it fills in.
+    // The callback may run after the deadline passed (its own timeout is later, so that the
+    // wait below names the deadline): it owns what it fills in.
     transport::async_connect(
-        loop_.context(), hosts_[i].endpoint, token, left(deadline),
+        loop_.context(), hosts_[i].endpoint, token, left(deadline) + std::chrono::seconds(1),
         [connected](std::shared_ptr<transport::Connection> c, const Error* error) {
           if (error)
             connected->set_exception(std::make_exception_ptr(*error));

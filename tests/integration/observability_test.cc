@@ -134,12 +134,20 @@ class TwoHostCluster : public testing::Test {
 
 // Status asks every agent at once with a short deadline: an agent stopped with SIGSTOP (its
 // host still up for the head) is shown as not answering, the other host as up, and the command
-// finishes well within the process deadline (3 s; it used to wait 5 s for that agent).
+// finishes well within the process deadline (3 s; it used to wait 5 s for that agent). So does
+// `troupe logs`, naming the host.
 TEST_F(TwoHostCluster, StatusShowsAStoppedAgentAsNotAnswering) {
   ASSERT_EQ(agents_.size(), 2u);
   ASSERT_EQ(::kill(agents_[1], SIGSTOP), 0);
   Ran r = run({TROUPE_CLI_PATH, "status", "--address", address_}, 3s);
+  // `troupe logs` does not wait for it either, and says which host did not answer.
+  Ran logs = run({TROUPE_CLI_PATH, "logs", "--address", address_, "some-worker"}, 3s);
   ::kill(agents_[1], SIGCONT);
+  EXPECT_EQ(logs.exit_code, 1) << logs.output;
+  EXPECT_HAS(logs.output,
+             "troupe logs: no worker or group 'some-worker' (workers: none); the "
+             "agent of obs-b at tcp:127.0.0.42:");
+  EXPECT_HAS(logs.output, " did not connect within ");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::smatch a, b;
   ASSERT_TRUE(std::regex_search(r.output, a, std::regex("\n  obs-a [^\n]*"))) << r.output;
