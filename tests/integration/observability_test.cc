@@ -232,5 +232,31 @@ TEST_F(TwoHostCluster, LogsReadsWorkersThroughTheirAgentsAlsoAfterDeath) {
   EXPECT_HAS(r.output, names[1]);
 }
 
+// An embedded cluster (this process is its driver; its session is the newest in TMPDIR): `troupe
+// logs` finds the session and reads a worker's log through that host's agent.
+TEST(EmbeddedClusterLogs, ReadsAWorkerThroughItsAgent) {
+  TempDir dir;
+  ScopedEnvs envs;
+  envs.set("TMPDIR", dir.path());
+  troupe::Cluster cluster(quiet_cluster(1, 0, 2));
+  auto vc_opts = vc_options({1});
+  vc_opts.use_gpus = false;
+  troupe::VirtualCluster vc(cluster, vc_opts);
+  troupe::WorkerGroup group(vc, troupe::WorkerBuilder("FailProbe"), group_options("solo"));
+  troupe::Worker w = group.worker(0);
+  ASSERT_TRUE(w.call("say", {{"line", "hello from the embedded host"}}).wait_for(kDeadline));
+  const std::string want =
+      "(" + w.name() + " pid=" + std::to_string(w.pid()) + ") hello from the embedded host\n";
+  Ran r;
+  EXPECT_TRUE(eventually(
+      [&] {
+        return (r = run({TROUPE_CLI_PATH, "logs", "solo", "--tail", "1"}, kDeadline)).output ==
+               want;
+      },
+      kDeadline))
+      << r.output;
+  EXPECT_EQ(r.exit_code, 0);
+}
+
 }  // namespace
 }  // namespace troupe_failure
