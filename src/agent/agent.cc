@@ -253,6 +253,8 @@ class Agent {
                             });
       }
       if (r.method == "list_workers") return resp.reply(table_->list());
+      if (r.method == control::ReadLog::kMethod)
+        return resp.reply(table_->read_log(control::ReadLog::from(r.kwargs)).to_value());
       if (store_->handle(r, resp, from.lock().get())) return;
       if (r.method == control::Shutdown::kMethod) {
         shutdown_requested_ = true;
@@ -275,7 +277,7 @@ class Agent {
       resp.fail(
           Error(ErrorCode::kUnknownMethod,
                 "agent " + config_.host_name + " has no method '" + r.method +
-                    "' (start_worker, stop_worker, list_workers, reserve_ports, "
+                    "' (start_worker, stop_worker, list_workers, read_log, reserve_ports, "
                     "release_ports, memory, gpu_state, store_reserve, store_free, store_usage, "
                     "shutdown, ping)"));
     } catch (const Error& e) {

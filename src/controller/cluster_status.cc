@@ -57,11 +57,17 @@ Value ClusterImpl::status() const {
   } catch (const Error& e) {
     TROUPE_LOG(Warning) << "status: " << e.message();
   }
+  std::vector<std::string> tcp_endpoints;  // for tools that ask the agents (`troupe logs`)
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    for (const auto& r : host_records_) tcp_endpoints.push_back(r.tcp_endpoint);
+  }
   for (const auto& h : this->hosts()) {
     Map host{{"name", h.name},     {"address", h.address},
              {"cpus", h.num_cpus}, {"gpus", static_cast<int64_t>(h.gpu_ids.size())},
              {"alive", h.alive},   {"agent_pid", static_cast<int64_t>(h.agent_pid)}};
     if (h.index < free.size()) host.emplace_back("reserved", free[h.index]);
+    if (h.index < tcp_endpoints.size()) host.emplace_back("tcp_endpoint", tcp_endpoints[h.index]);
     for (const auto& m : memory)
       if (m.host == h.name) {
         host.emplace_back("memory_total", m.total_bytes);
