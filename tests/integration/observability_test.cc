@@ -74,7 +74,10 @@ class TwoHostCluster : public testing::Test {
     envs_.set("TMPDIR", dir_.path());
     envs_.set("TROUPE_TOKEN", "observability-test-token");
     head_ = spawn_to_file({TROUPE_CLI_PATH, "start", "--head", "--block", "--node-ip-address",
-                           "127.0.0.1", "--port", "0"},
+                           "127.0.0.1", "--port", "0",
+                           // a SIGSTOPped agent stays "up" for the head (this test's subject is
+                           // what status and logs say of such a host, not host loss)
+                           "--host-lost-ms", "60000"},
                           dir_.path() + "/head.log");
     std::smatch m;
     std::regex listening(R"(listening on (127\.0\.0\.1:\d+))");
