@@ -18,6 +18,7 @@
 #include "agent/port_book.h"
 #include "agent/worker_process.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/private_dir.h"
 #include "common/proc_stats.h"
@@ -28,7 +29,6 @@
 #include "transport/rpc_peer.h"
 #include "wire/control.h"
 #include "wire/head_protocol.h"
-#include "worker/worker_env.h"
 
 namespace troupe::agent {
 namespace {
@@ -371,7 +371,7 @@ class Agent {
     auto vars = request.env;
     std::string cuda;
     for (int g : gpus) cuda += (cuda.empty() ? "" : ",") + std::to_string(g);
-    vars["CUDA_VISIBLE_DEVICES"] = cuda;
+    vars[worker_env::kCudaVisibleDevices] = cuda;
     vars[worker_env::kRole] = "worker";
     vars[worker_env::kName] = name;
     vars[worker_env::kHostName] = config_.host_name;
@@ -380,7 +380,7 @@ class Agent {
                           std::to_string(next_socket_++) + ".sock";
     vars[worker_env::kUnixEndpoint] = unix_ep;
     vars[worker_env::kTcpHost] = config_.address;
-    vars.erase("TROUPE_TOKEN");  // the token goes through a pipe (WorkerLaunch::token)
+    vars.erase(launch_env::kToken);  // the token goes through a pipe (WorkerLaunch::token)
     launch.token = config_.token;
     launch.env = env::to_strings(vars);
     if (launch.wrapper.empty() && launch.args.empty())
@@ -471,8 +471,8 @@ class Agent {
       out.push_back(Map{{"name", name},
                         {"pid", static_cast<int64_t>(w.process->pid())},
                         {"alive", !w.process->exited()},
-                        {"group", env_of(w.process->launch(), "TROUPE_WORKER_GROUP")},
-                        {"rank", env_of(w.process->launch(), "RANK")},
+                        {"group", env_of(w.process->launch(), group_env::kGroup)},
+                        {"rank", env_of(w.process->launch(), group_env::kRank)},
                         {"launch", w.process->from_fork_server() ? "fork_server" : "exec"}});
     for (const auto& e : exits_)
       out.push_back(Map{{"name", e.name}, {"pid", static_cast<int64_t>(e.pid)}, {"alive", false}});

@@ -22,6 +22,7 @@
 
 #include "agent/fork_server.h"
 #include "agent/fork_server_protocol.h"
+#include "common/launch_env.h"
 #include "common/token.h"
 
 extern char** environ;
@@ -160,7 +161,7 @@ void become_worker(pid_t agent, pid_t intermediate, mode_t mask,
 pid_t fork_as_sibling() {
 #if defined(__x86_64__)
   // For tests of the fallback (fork_server_test): the agent's environment, hence ours.
-  static const bool forced_off = std::getenv("TROUPE_FORK_SERVER_DOUBLE_FORK") != nullptr;
+  static const bool forced_off = std::getenv(worker_env::kForkServerDoubleFork) != nullptr;
   static int* tid_address = [] {
     int* p = nullptr;
     return ::prctl(PR_GET_TID_ADDRESS, &p) == 0 ? p : nullptr;
@@ -177,7 +178,7 @@ pid_t fork_as_sibling() {
 }  // namespace
 
 int run_fork_server() {
-  const char* fd_text = std::getenv(kForkServerFdEnv);
+  const char* fd_text = std::getenv(worker_env::kForkServerFd);
   if (!fd_text) return 2;
   const int sock = std::atoi(fd_text);
   ::fcntl(sock, F_SETFD, FD_CLOEXEC);

@@ -11,6 +11,7 @@
 
 #include "agent/agent.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/token.h"
@@ -18,7 +19,6 @@
 #include "troupe/worker_class.h"
 #include "wire/control.h"
 #include "wire/head_protocol.h"
-#include "worker/worker_env.h"
 
 namespace troupe {
 namespace internal {
@@ -45,7 +45,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
                 "this process was started by troupe as a " + *env::get(worker_env::kRole) +
                     ", but main() did not call troupe::init(argc, argv) first");
   std::string address =
-      options_.address.empty() ? env::get_or("TROUPE_ADDRESS", "") : options_.address;
+      options_.address.empty() ? env::get_or(launch_env::kAddress, "") : options_.address;
   if (!address.empty()) {
     standing_ = true;
     make_session_dir(false);
@@ -62,7 +62,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
   if (options_.hosts.empty())
     throw Error(ErrorCode::kInvalidArgument, "a cluster needs at least one host");
   make_session_dir(true);
-  token_ = env::get_or("TROUPE_TOKEN", "");
+  token_ = env::get_or(launch_env::kToken, "");
   if (token_.empty()) {
     token_ = token::generate();
     write_token_file(session_, token_);
@@ -134,24 +134,24 @@ void ClusterImpl::start_agents() {
     for (int g = 0; g < spec.num_gpus; ++g) gpu_ids.push_back(g);
     auto vars = env::current();
     vars[worker_env::kRole] = "agent";
-    vars[agent::agent_env::kHostName] = spec.name;
-    vars[agent::agent_env::kAddress] = spec.address;
-    vars[agent::agent_env::kNumCpus] = std::to_string(spec.num_cpus);
-    vars[agent::agent_env::kGpuIds] = join_ints(gpu_ids);
+    vars[agent_env::kHostName] = spec.name;
+    vars[agent_env::kAddress] = spec.address;
+    vars[agent_env::kNumCpus] = std::to_string(spec.num_cpus);
+    vars[agent_env::kGpuIds] = join_ints(gpu_ids);
     std::string labels;
     for (const auto& [k, v] : spec.labels) labels += (labels.empty() ? "" : ",") + k + "=" + v;
-    vars[agent::agent_env::kLabels] = labels;
-    vars[agent::agent_env::kHead] = head_->endpoint();
-    vars[agent::agent_env::kSessionDir] = session_dir_;
-    vars[agent::agent_env::kSocketDir] = session_.socket_dir;
-    vars[agent::agent_env::kLogToTerminal] = options_.log_to_driver ? "1" : "0";
+    vars[agent_env::kLabels] = labels;
+    vars[agent_env::kHead] = head_->endpoint();
+    vars[agent_env::kSessionDir] = session_dir_;
+    vars[agent_env::kSocketDir] = session_.socket_dir;
+    vars[agent_env::kLogToTerminal] = options_.log_to_driver ? "1" : "0";
     if (options_.object_store_memory > 0)
-      vars[agent::agent_env::kObjectStoreMemory] = std::to_string(options_.object_store_memory);
-    vars.erase("TROUPE_TOKEN");
-    if (env::get("TROUPE_TOKEN"))
-      vars["TROUPE_TOKEN"] = token_;  // the user chose to pass it this way
+      vars[agent_env::kObjectStoreMemory] = std::to_string(options_.object_store_memory);
+    vars.erase(launch_env::kToken);
+    if (env::get(launch_env::kToken))
+      vars[launch_env::kToken] = token_;  // the user chose to pass it this way
     else
-      vars["TROUPE_TOKEN_FILE"] = session_dir_ + "/token";
+      vars[launch_env::kTokenFile] = session_dir_ + "/token";
     for (const auto& [k, v] : options_.agent_executable.env) vars[k] = v;
     process::SpawnOptions opts;
     opts.executable =
@@ -280,9 +280,9 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     same_network = agents_[options.host].same_network;
   }
   bool mapped = has_executable(options.class_name);
-  if (!mapped && !detail::find_class(options.class_name)) {
+  if (!mapped && !find_worker_class(options.class_name)) {
     std::string known;
-    for (const auto& n : detail::registered_class_names()) known += (known.empty() ? "" : ", ") + n;
+    for (const auto& n : registered_worker_class_names()) known += (known.empty() ? "" : ", ") + n;
     throw Error(ErrorCode::kUnknownClass,
                 "cannot start worker '" +
                     (options.name.empty() ? options.class_name : options.name) + "': class '" +
@@ -315,14 +315,15 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     workers_[options.name] = worker;
   }
   launch(worker, options, agent_client, same_network);
-  return Worker(worker);
+  return Access::worker(worker);
 }
 
 std::map<std::string, std::string> ClusterImpl::inheritable_environment() {
   auto vars = env::current();
   for (auto it = vars.begin(); it != vars.end();)
-    it = it->first.rfind("TROUPE_", 0) == 0 || env::is_launcher_variable(it->first) ? vars.erase(it)
-                                                                                    : std::next(it);
+    it = it->first.rfind(launch_env::kPrefix, 0) == 0 || env::is_launcher_variable(it->first)
+             ? vars.erase(it)
+             : std::next(it);
   return vars;
 }
 

@@ -6,6 +6,7 @@
 #include <future>
 
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/token.h"
 #include "controller/cluster_impl.h"
@@ -30,8 +31,8 @@ void ClusterImpl::connect_standing(const std::string& address) {
   if (address.find(':') == std::string::npos)
     throw Error(ErrorCode::kInvalidArgument,
                 "the cluster address '" + address + "' is not HOST:PORT (TROUPE_ADDRESS)");
-  token_ = env::get_or("TROUPE_TOKEN", "");
-  if (auto file = env::get("TROUPE_TOKEN_FILE"); token_.empty() && file && !file->empty())
+  token_ = env::get_or(launch_env::kToken, "");
+  if (auto file = env::get(launch_env::kTokenFile); token_.empty() && file && !file->empty())
     token_ = token::read_file(*file);
   if (token_.empty())
     throw Error(ErrorCode::kUnauthenticated,

@@ -12,8 +12,8 @@ WorkerState::WorkerState(asio::io_context& io, std::string name, std::string cla
       host_(host),
       host_name_(std::move(host_name)),
       io_(io),
-      ready_(std::make_shared<detail::FutureState>("start of worker '" + name_ + "'")),
-      died_(std::make_shared<detail::FutureState>("death of worker '" + name_ + "'")) {}
+      ready_(std::make_shared<internal::FutureState>("start of worker '" + name_ + "'")),
+      died_(std::make_shared<internal::FutureState>("death of worker '" + name_ + "'")) {}
 
 pid_t WorkerState::pid() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -103,9 +103,9 @@ Future<Value> WorkerState::submit_now(QueuedCall call) {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ == Status::kDead) return make_failed_future(*death_);
     if (status_ != Status::kReady) {
-      call.state = std::make_shared<detail::FutureState>("method '" + call.method + "' of " +
-                                                         describe_locked());
-      auto future = Future<Value>(call.state);
+      call.state = std::make_shared<internal::FutureState>("method '" + call.method + "' of " +
+                                                           describe_locked());
+      auto future = FutureAccess::make(call.state);
       if (status_ == Status::kDying)
         orphans_.push_back(call.state);
       else
@@ -138,7 +138,7 @@ void WorkerState::on_connected(std::shared_ptr<transport::RpcPeer> peer, const K
                 : Error(ErrorCode::kWorkerDied, reason.message());
   });
   peer->set_orphan_handler(
-      [weak](std::vector<std::shared_ptr<detail::FutureState>> pending, const Error& reason) {
+      [weak](std::vector<std::shared_ptr<internal::FutureState>> pending, const Error& reason) {
         if (auto self = weak.lock()) {
           self->on_connection_lost(std::move(pending), reason);
         } else {
@@ -173,7 +173,7 @@ void WorkerState::on_connected(std::shared_ptr<transport::RpcPeer> peer, const K
         if (auto e = done.error())
           state->set_error(*e);
         else
-          state->set_value(done.state()->value_or_throw());
+          state->set_value(done.get());
       });
     }
     queued_.clear();
@@ -181,7 +181,7 @@ void WorkerState::on_connected(std::shared_ptr<transport::RpcPeer> peer, const K
   }
 }
 
-void WorkerState::on_connection_lost(std::vector<std::shared_ptr<detail::FutureState>> pending,
+void WorkerState::on_connection_lost(std::vector<std::shared_ptr<internal::FutureState>> pending,
                                      const Error& reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -202,7 +202,7 @@ void WorkerState::on_connection_lost(std::vector<std::shared_ptr<detail::FutureS
 
 void WorkerState::mark_dead(const Error& error) {
   std::vector<QueuedCall> queued;
-  std::vector<std::shared_ptr<detail::FutureState>> orphans;
+  std::vector<std::shared_ptr<internal::FutureState>> orphans;
   std::shared_ptr<transport::RpcPeer> peer;
   {
     std::lock_guard<std::mutex> lock(mu_);
