@@ -23,10 +23,8 @@ struct Access {
   // A handle over `state` (not null).
   static Worker worker(std::shared_ptr<WorkerState> state) { return Worker(std::move(state)); }
   // A Cluster that takes over `impl` (not null), e.g. one built over fake head and agent
-  // clients in unit tests.
-  static std::unique_ptr<Cluster> make_cluster(std::unique_ptr<ClusterImpl> impl) {
-    return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
-  }
+  // clients in unit tests. Defined in cluster.cc, where ClusterImpl is complete.
+  static std::unique_ptr<Cluster> make_cluster(std::unique_ptr<ClusterImpl> impl);
 };
 
 }  // namespace troupe::internal

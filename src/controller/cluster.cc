@@ -566,6 +566,10 @@ ClusterOptions ClusterOptions::local(size_t num_hosts, int gpus_per_host, double
 
 Cluster::Cluster(ClusterOptions options)
     : impl_(std::make_unique<internal::ClusterImpl>(std::move(options))) {}
+std::unique_ptr<Cluster> internal::Access::make_cluster(std::unique_ptr<ClusterImpl> impl) {
+  return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
+}
+
 Cluster::Cluster(std::unique_ptr<internal::ClusterImpl> impl) : impl_(std::move(impl)) {
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, "Cluster: the implementation is null");
 }
