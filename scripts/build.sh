@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Usage: scripts/build.sh [release|asan|tsan|fuzz]
+# Usage: scripts/build.sh [release|asan|tsan|fuzz] [TARGET...]
 #   release (default): build/      -DCMAKE_BUILD_TYPE=RelWithDebInfo
 #   asan:              build-asan/ -DTROUPE_SANITIZE=ON (ASan + UBSan), Debug, no benchmarks
 #   tsan:              build-tsan/ -DTROUPE_SANITIZE_THREAD=ON (ThreadSanitizer), RelWithDebInfo,
 #                      no benchmarks
 #   fuzz:              build-fuzz/ clang++-14, only the libFuzzer target wire_fuzz (scripts/fuzz.sh)
-# Reuses an existing build directory (re-running configure is cheap and picks up CMake changes).
+# TARGETs: build only those (e.g. troupe_cli, the `troupe` command); default: everything the
+# variant configures. Reuses an existing build directory (re-running configure is cheap and picks
+# up CMake changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 mode=${1:-release}
+shift $(($# > 0 ? 1 : 0))
 targets=()
 case "$mode" in
   release)
@@ -36,5 +39,8 @@ case "$mode" in
     ;;
 esac
 
+if (($# > 0)); then
+  targets=(--target "$@")
+fi
 cmake -S . -B "$dir" "${args[@]}"
 cmake --build "$dir" -j"$(nproc)" "${targets[@]}"

@@ -130,17 +130,30 @@ TEST(Cli, StandingClusterStartStatusStop) {
   ASSERT_NE(at, std::string::npos) << r.output;
   std::string address = r.output.substr(at + marker.size());
   address = address.substr(0, address.find(' '));
-  EXPECT_HAS(r.output, "troupe start --address " + address + " --token-file ");
+  const std::string join = "troupe start --address " + address + " --token-file ";
+  at = r.output.find(join);
+  ASSERT_NE(at, std::string::npos) << r.output;
+  std::string token_file = r.output.substr(at + join.size());
+  token_file = token_file.substr(0, token_file.find_first_of(" \n"));
 
   r = troupe(env + "start --address " + address +
                  " --node-ip-address 127.0.0.31 --host-name alpha --num-gpus 2 --num-cpus 3",
              true);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_HAS(r.output, "troupe agent of alpha (127.0.0.31, 3 CPUs, 2 GPUs) joined " + address);
-  r = troupe(env + "start --address " + address +
+  r = troupe(env + "start --address " + address + " --token-file " + token_file +
                  " --node-ip-address 127.0.0.32 --host-name beta --num-gpus 0 --labels rack=r1",
              true);
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // From a run directory that holds no token (as on another host): the token file given.
+  char other[] = "/tmp/troupe-cli-other-XXXXXX";
+  ASSERT_NE(::mkdtemp(other), nullptr);
+  r = troupe(std::string("TMPDIR=") + other + " status --address " + address + " --token-file " +
+                 token_file,
+             true);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "beta       127.0.0.32");
+  ::rmdir(other);
 
   r = troupe(env + "status --address " + address, true);
   EXPECT_EQ(r.exit_code, 0) << r.output;

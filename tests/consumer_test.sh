@@ -2,7 +2,8 @@
 # Usage: tests/consumer_test.sh BUILD_DIR [SOURCE_DIR]
 # Installs the already built BUILD_DIR into a temporary prefix, builds the separate project
 # SOURCE_DIR/tests/consumer against it with find_package(troupe), runs it and checks that it
-# prints the installed version; also runs the installed `bin/troupe version`. SOURCE_DIR is the
+# prints the installed version; also runs the installed `bin/troupe version` and, when the build
+# has the Python package, imports it from the prefix. SOURCE_DIR is the
 # repository root (default: the parent of this script's folder). Removes the prefix on exit.
 set -euo pipefail
 
@@ -52,5 +53,18 @@ rc=0
 cli=$(timeout 60 "$prefix/bin/troupe" version </dev/null 2>&1) || rc=$?
 ((rc == 0)) || { echo "$cli" >&2; fail "installed 'troupe version' exited with $rc"; }
 [[ "$cli" == *"$version"* ]] || { echo "$cli" >&2; fail "'troupe version' did not print $version"; }
+
+# The Python package, when the build has it: installed under the prefix as the README says
+# (PYTHONPATH=P/lib/python3.X/dist-packages), and importable from there.
+if compgen -G "$build/python/troupe/_core*.so" >/dev/null; then
+  py=/usr/bin/python3
+  pyver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  site="$prefix/lib/python$pyver/dist-packages"
+  rc=0
+  where=$(cd "$tmp" && PYTHONPATH="$site" timeout 60 "$py" -c 'import troupe; print(troupe.__file__)' \
+    </dev/null 2>&1) || rc=$?
+  ((rc == 0)) || { echo "$where" >&2; fail "import troupe from $site exited with $rc"; }
+  [[ "$where" == "$site"/* ]] || fail "import troupe found $where, not the one in $site"
+fi
 
 echo "consumer test: PASS (troupe $version installed, found by find_package, consumer ran)"

@@ -4,7 +4,8 @@
 // A FakeAgentClient records every request and answers at once with typed replies encoded as the
 // real agent encodes them (so the controller's decoders run): ports counted up from the range's
 // start, release counts, "exit code 0" for stops, the host's GPU lines. Starts are answered with
-// `start_reply` unless `hold_starts` is set, in which case they stay pending until close().
+// `start_reply` (or what `reply_for` makes of the request, when set) unless `hold_starts` is set,
+// in which case they stay pending until close().
 // close() does what a lost connection does: pending replies fail with the reason, then the
 // events' on_closed runs, on the calling thread.
 //
@@ -13,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +38,7 @@ class FakeAgentClient : public troupe::internal::AgentClient {
   // ---- knobs (set before the controller uses the agent) ----
   bool hold_starts = false;
   control::StartWorkerReply start_reply{4242, 0, "unix:/fake/no-such-worker.sock", "", {}, ""};
+  std::function<control::StartWorkerReply(const control::StartWorker&)> reply_for;
 
   // ---- what the controller asked ----
   std::vector<control::StartWorker> starts() const { return locked(starts_); }
@@ -60,7 +63,8 @@ class FakeAgentClient : public troupe::internal::AgentClient {
       pending_.push_back(state);
       return {troupe::internal::FutureAccess::make(state), &control::StartWorkerReply::from};
     }
-    return {troupe::make_ready_future(start_reply.to_value()), &control::StartWorkerReply::from};
+    return {troupe::make_ready_future((reply_for ? reply_for(request) : start_reply).to_value()),
+            &control::StartWorkerReply::from};
   }
   troupe::internal::AgentReply<control::StopWorkerReply> stop_worker(
       const control::StopWorker& request) override {

@@ -6,7 +6,10 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 
 #include "futures.h"
 #include "troupe/troupe.h"
@@ -72,6 +75,27 @@ void register_python_class(const std::string& name, pyb::object configure) {
     };
   }
   register_worker_class(std::move(info));
+}
+
+// Interpreters for Python class names given after their Cluster was made
+// (set_python_executable); consulted by every Cluster after its own python_executables.
+std::mutex later_python_mutex;
+std::map<std::string, std::string>& later_python_executables() {
+  static auto* map = new std::map<std::string, std::string>;  // never destroyed: see hook above
+  return *map;
+}
+std::optional<std::string> later_python_executable(const std::string& class_name) {
+  std::lock_guard<std::mutex> lock(later_python_mutex);
+  auto& map = later_python_executables();
+  if (auto it = map.find(class_name); it != map.end()) return it->second;
+  return std::nullopt;
+}
+void set_python_executable(const std::string& class_name, const std::string& path) {
+  if (class_name.find('.') == std::string::npos)
+    throw Error(ErrorCode::kInvalidArgument,
+                "set_python_executable: '" + class_name + "' is not a \"pkg.module.Class\" name");
+  std::lock_guard<std::mutex> lock(later_python_mutex);
+  later_python_executables()[class_name] = path;
 }
 
 pyb::dict metadata_dict(const WorkerMetadata& m) {
@@ -249,6 +273,8 @@ void bind_driver(pyb::module_& m) {
           WorkerExecutable out = py;
           if (auto it = python_per_class.find(cls); it != python_per_class.end())
             out.path = it->second;
+          else if (auto later = later_python_executable(cls))
+            out.path = *later;
           return out;
         };
         pyb::gil_scoped_release nogil;
@@ -256,7 +282,8 @@ void bind_driver(pyb::module_& m) {
       }))
       .def("start_worker",
            [](Cluster& c, const std::string& class_name, const pyb::dict& args, size_t host,
-              const std::string& name, std::map<std::string, std::string> env, int num_gpus) {
+              const std::string& name, std::map<std::string, std::string> env, int num_gpus,
+              std::vector<int> gpus) {
              WorkerOptions o;
              o.class_name = class_name;
              o.args = to_kwargs(args, "constructor of " + class_name + ": ");
@@ -264,6 +291,7 @@ void bind_driver(pyb::module_& m) {
              o.name = name;
              o.env = std::move(env);
              o.num_gpus = num_gpus;
+             o.gpus = std::move(gpus);
              pyb::gil_scoped_release nogil;
              return c.start_worker(std::move(o));
            })
@@ -445,6 +473,7 @@ PYBIND11_MODULE(_core, m) {
   py::bind_futures(m);
   py::bind_driver(m);
   m.def("register_python_class", &py::register_python_class);
+  m.def("set_python_executable", &py::set_python_executable);
   m.def("install_python_classes", &py::install_python_classes);
   m.def("run_role", &troupe::run_role, pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("version", &troupe::version);

@@ -108,12 +108,21 @@ def test_worker_death_and_recreate(vc):
     g.shutdown()
 
 
-def test_worker_answers_while_python_holds_the_gil():
+def wait_for_file(path, timeout=T):
+    """Waits until `path` exists (the worker's signal that its method has begun)."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.005)
+
+
+def test_worker_answers_while_python_holds_the_gil(tmp_path):
     with troupe.Cluster(1, num_cpus_per_host=2) as cluster:
         w = cluster.start_worker("workers.Echo")
         w.ready().result(T)
-        busy = w.call("spin", 30.0)
-        time.sleep(0.5)  # let the spin start (the check below does not depend on it)
+        started = str(tmp_path / "spinning")
+        busy = w.call("spin", 30.0, started)
+        wait_for_file(started)  # the method thread now holds the GIL
         assert not busy.done()
         # SIGTERM is handled by the worker's I/O thread, which never waits for the GIL: the
         # worker exits cleanly at once although its method thread spins in Python.
@@ -125,15 +134,16 @@ def test_worker_answers_while_python_holds_the_gil():
             busy.result(T)
 
 
-def test_worker_answers_pings_while_a_method_holds_the_gil():
+def test_worker_answers_pings_while_a_method_holds_the_gil(tmp_path):
     # The method thread serves the worker's I/O while idle (ML-2 in src/worker/method_loop.h);
     # while a method holds the GIL the I/O thread takes the I/O over (ML-3) and answers at once.
     with troupe.Cluster(1, num_cpus_per_host=2) as cluster:
         w = cluster.start_worker("workers.Echo")
         w.ready().result(T)
-        for _ in range(3):  # the hand-over works every time, not once
-            busy = w.call("spin", 2.0)
-            time.sleep(0.1)
+        for i in range(3):  # the hand-over works every time, not once
+            started = str(tmp_path / f"spinning-{i}")
+            busy = w.call("spin", 2.0, started)
+            wait_for_file(started)  # the method thread now holds the GIL
             start = time.monotonic()
             assert w.call("__ping__").result(T)["pid"] == w.pid
             assert time.monotonic() - start < 1.0

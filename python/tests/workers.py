@@ -82,8 +82,12 @@ class Echo:
             yield i * i
         return "end"
 
-    def spin(self, seconds):
-        """Holds the GIL in pure Python for `seconds`."""
+    def spin(self, seconds, started_path=None):
+        """Holds the GIL in pure Python for `seconds`; with `started_path`, first creates that
+        file, so that the caller knows the spin has begun."""
+        if started_path is not None:
+            with open(started_path, "w"):
+                pass
         end = time.monotonic() + seconds
         n = 0
         while time.monotonic() < end:

@@ -24,7 +24,7 @@ arrays / tensors backed by the received buffer); anything else is pickled.
 """
 
 from troupe import _core
-from troupe._cluster import Cluster, NamedSharding, VirtualCluster, Worker
+from troupe._cluster import Cluster, NamedSharding, VirtualCluster, Worker, set_python_executable
 from troupe._errors import (
     ConnectionLostError,
     ConstructorFailedError,
@@ -51,7 +51,7 @@ __version__ = _core.version()
 
 __all__ = [
     "Cluster", "VirtualCluster", "NamedSharding", "Worker", "WorkerBuilder", "WorkerGroup", "WorkerGroupSlice",
-    "Future", "MultiWorkerFuture", "Stream", "gather",
+    "Future", "MultiWorkerFuture", "Stream", "gather", "set_python_executable",
     "TroupeError", "InvalidArgumentError", "UnknownClassError", "UnknownMethodError",
     "MethodFailedError", "ConstructorFailedError", "WorkerDiedError", "ConnectionLostError",
     "TimeoutError", "ProtocolError", "UnauthenticatedError", "ExecutableNotFoundError",

@@ -61,6 +61,13 @@ def _encode_args(args, kwargs):
     return out
 
 
+def set_python_executable(class_name, path):
+    """Makes the workers of Python class `class_name` ("pkg.module.Class") that start from now on
+    run interpreter `path`, in every Cluster of this process that does not map the class in its
+    own ``python_executables``. The interpreter must be able to import troupe. Thread-safe."""
+    _core.set_python_executable(class_name_of(class_name), str(path))
+
+
 class Worker:
     """A handle to one worker process (from Cluster.start_worker or WorkerGroup.workers).
 
@@ -146,13 +153,17 @@ class Cluster:
                                 agent, (python, boot, {}), dict(python_executables or {}),
                                 address or "")
 
-    def start_worker(self, cls, *args, host=0, name="", env=None, num_gpus=0, **kwargs):
+    def start_worker(self, cls, *args, host=0, name="", env=None, num_gpus=0, gpus=None,
+                     **kwargs):
         """Starts one worker of `cls` (a class object, "pkg.module.Class", or a C++ class name
         mapped in `executables`) with these constructor arguments on host `host`; returns its
-        Worker at once (see Worker.ready())."""
+        Worker at once (see Worker.ready()). `num_gpus`: that many GPUs no other worker uses,
+        chosen by the host's agent; or `gpus`: these GPU ids of the host (may be shared with
+        other workers), as the worker's CUDA_VISIBLE_DEVICES."""
         name_ = class_name_of(cls)
         return Worker(self._c.start_worker(name_, _encode_args(args, kwargs), host, name,
-                                           dict(env or {}), num_gpus))
+                                           dict(env or {}), num_gpus,
+                                           [int(g) for g in (gpus or [])]))
 
     def hosts(self):
         """The hosts: index, name, address, num_cpus, gpu_ids, agent_pid, alive."""

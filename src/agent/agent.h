@@ -12,7 +12,8 @@
 //                                               exits [{name, pid, alive}]
 //   reserve_ports {owner, count, lo, hi}     -> [port]   (see port_book.h)
 //   release_ports {owner}                    -> count
-//   (start_worker also takes take_ports: [port], released to the worker just before it starts)
+//   (start_worker also takes take_ports: [port], released to the worker once its process
+//    exists; a start that fails keeps them guarded: worker_table.h WT-1)
 //   shutdown     {}                          -> nil, then every worker is stopped and it exits
 //   store_reserve {size} -> name; store_put {data} -> name (writes the object itself);
 //   store_free {name} -> bool; store_usage {} -> StoreUsage
@@ -24,10 +25,12 @@
 //
 // Lifetime (embedded; see AgentConfig::standing for the standing agent): the agent stops all its
 // workers and exits when its connection to the head closes,
-// on SIGTERM/SIGINT/SIGHUP, and on shutdown. Workers die with it (PR_SET_PDEATHSIG). On exit it
+// on SIGTERM/SIGINT/SIGHUP, and on shutdown. Workers die with it (PR_SET_PDEATHSIG), and every
+// process a worker created dies with that worker or with the agent (containment.h). On exit it
 // removes its workers' sockets, and the head's socket once nothing listens on it (a driver killed
 // with SIGKILL leaves no socket behind).
 //
+// The workers themselves (start, stop, exits, GPUs, ports) are in worker_table.h.
 // Resources: the agent forgets a worker once it exited (its log file, pipes and socket are
 // closed and removed); what it keeps of exited workers is bounded (kExitsKept).
 // Signals: a worker's process group is signalled only while the agent has not reaped the worker

@@ -12,11 +12,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
+#include "agent/containment.h"
 #include "agent/fork_server_protocol.h"
+#include "common/env.h"
 #include "common/launch_env.h"
 #include "common/log.h"
 #include "common/process.h"
@@ -119,9 +123,15 @@ ForkServer::ForkServer(std::string executable, std::vector<std::string> env)
   std::vector<std::string> vars;
   for (auto& kv : env)
     if (!is_var(kv, worker_env::kRole) && !is_var(kv, launch_env::kToken) &&
-        !is_var(kv, worker_env::kForkServerFd) && kv.rfind("LD_BIND_NOW=", 0) != 0)
+        !is_var(kv, worker_env::kForkServerFd) && !is_var(kv, worker_env::kContainer) &&
+        kv.rfind("LD_BIND_NOW=", 0) != 0)
       vars.push_back(std::move(kv));
   vars.push_back(std::string(worker_env::kRole) + "=forkserver");
+  // Room for each worker's container marker in the environment block that /proc/PID/environ
+  // shows (the fork server's, which its workers inherit; containment.h): the worker writes its
+  // own marker there.
+  vars.push_back(std::string(worker_env::kContainer) + "=" +
+                 std::string(fork_protocol::kMarkerRoom, '_'));
   // Resolve every symbol at its start, once, rather than lazily in each worker it forks.
   vars.push_back("LD_BIND_NOW=1");
   vars.push_back(std::string(worker_env::kForkServerFd) + "=" + std::to_string(sv[1]));
@@ -182,6 +192,24 @@ void ForkServer::on_reaped(pid_t pid) {
   if (sock_ >= 0) fail("it exited");
 }
 
+namespace {
+// True when this process's command line is its program name alone (/proc/self/cmdline).
+bool started_without_args() {
+  static const bool without = [] {
+    std::ifstream f("/proc/self/cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return std::count(cmdline.begin(), cmdline.end(), '\0') <= 1;
+  }();
+  return without;
+}
+}  // namespace
+
+ForkServer* ForkServerChoice::for_executable(const std::string& executable) {
+  if (!enabled_ || executable != env::self_executable() || !started_without_args()) return nullptr;
+  if (!server_) server_ = std::make_unique<ForkServer>(executable, env::to_strings(env::current()));
+  return server_->usable() ? server_.get() : nullptr;
+}
+
 std::optional<pid_t> ForkServer::spawn(const Request& request) {
   if (sock_ < 0) return std::nullopt;
   if (!greeted_) {
@@ -198,22 +226,24 @@ std::optional<pid_t> ForkServer::spawn(const Request& request) {
   }
   std::string body = fork_protocol::encode_strings(request.cwd, request.env);
   if (body.size() > fork_protocol::kMaxBody) return std::nullopt;  // this one only: exec it
+  int fds[fork_protocol::kMaxFds] = {request.stdout_fd, request.stderr_fd, request.ready_fd,
+                                     request.token_fd, request.cgroup_procs_fd};
+  const uint32_t nfds =
+      request.cgroup_procs_fd >= 0 ? fork_protocol::kMaxFds : fork_protocol::kNumFds;
   fork_protocol::Header h{fork_protocol::kMagic, static_cast<uint32_t>(current_umask()),
-                          static_cast<uint32_t>(body.size())};
-  int fds[fork_protocol::kNumFds] = {request.stdout_fd, request.stderr_fd, request.ready_fd,
-                                     request.token_fd};
+                          static_cast<uint32_t>(body.size()), nfds};
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
   iovec iov{&h, sizeof(h)};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(fds));
-  std::memcpy(CMSG_DATA(c), fds, sizeof(fds));
+  c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+  std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
   auto deadline = Clock::now() + kRequestTimeout;
   ssize_t sent;
   for (;;) {

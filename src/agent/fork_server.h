@@ -37,6 +37,7 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +67,8 @@ class ForkServer {
     std::string cwd;               // empty: the fork server's
     // Become 1, 2, 3, 4 in the worker; not owned (the caller closes its copies).
     int stdout_fd = -1, stderr_fd = -1, ready_fd = -1, token_fd = -1;
+    // The cgroup.procs of the worker's container, which it joins first thing (CT-1); -1: none.
+    int cgroup_procs_fd = -1;
   };
   // Forks a worker; returns its pid (a child of this process by then, FS-3), or nullopt when the
   // fork server cannot (FS-4; the caller execs instead).
@@ -82,6 +85,25 @@ class ForkServer {
   int sock_ = -1;
   bool greeted_ = false;
   bool reaped_ = false;
+};
+
+// The agent's choice of fork server: the one of its own executable, started on first use, and
+// only when the agent was started without arguments (a C++ driver re-executed: an agent run as
+// `python3 -c ...` would start a bare interpreter). I/O thread of the agent only.
+class ForkServerChoice {
+ public:
+  explicit ForkServerChoice(bool enabled) : enabled_(enabled) {}
+  // The fork server that can start `executable`, or null.
+  ForkServer* for_executable(const std::string& executable);
+  void on_reaped(pid_t pid) {
+    if (server_) server_->on_reaped(pid);
+  }
+  // Closes the fork server (FS-5: it exits on its socket's EOF; waited for).
+  void reset() { server_.reset(); }
+
+ private:
+  bool enabled_;
+  std::unique_ptr<ForkServer> server_;
 };
 
 // The fork server's own side, in the process started by ForkServer (TROUPE_ROLE=forkserver).

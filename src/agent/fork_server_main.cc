@@ -14,12 +14,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "agent/containment.h"
 #include "agent/fork_server.h"
 #include "agent/fork_server_protocol.h"
 #include "common/launch_env.h"
@@ -71,7 +73,7 @@ bool read_full(int fd, void* data, size_t n) {
 // be non-zero even then (the caller closes them).
 bool read_header(int sock, fp::Header* h, int* fds, int* nfds) {
   *nfds = 0;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * fp::kNumFds)];
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * fp::kMaxFds)];
   iovec iov{h, sizeof(*h)};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -86,7 +88,7 @@ bool read_header(int sock, fp::Header* h, int* fds, int* nfds) {
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < n && *nfds < fp::kNumFds; ++i)
+      for (size_t i = 0; i < n && *nfds < fp::kMaxFds; ++i)
         std::memcpy(&fds[(*nfds)++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
     }
   if (msg.msg_flags & MSG_CTRUNC) return false;
@@ -102,11 +104,31 @@ bool read_header(int sock, fp::Header* h, int* fds, int* nfds) {
   ::_exit(127);
 }
 
+// The fork server's placeholder for TROUPE_CONTAINER in the environment block that
+// /proc/PID/environ shows (set by run_fork_server; null when there is none).
+char* marker_room = nullptr;
+
+// In the forked worker: writes its container marker (the request's TROUPE_CONTAINER value) into
+// the placeholder, so that it and whatever it forks carry the marker in /proc (containment.h).
+void write_marker(const std::vector<std::string>& strings) {
+  if (!marker_room) return;
+  const std::string key = std::string(worker_env::kContainer) + "=";
+  std::string value;
+  for (size_t i = 1; i < strings.size(); ++i)
+    if (strings[i].rfind(key, 0) == 0) value = strings[i].substr(key.size());
+  size_t n = std::min(value.size(), fp::kMarkerRoom);
+  std::memcpy(marker_room, value.data(), n);
+  std::memset(marker_room + n, 0, fp::kMarkerRoom - n);
+}
+
 // In the forked worker: the start that exec would have given it (FS-2, FS-3). `intermediate`:
 // the parent it has until it is re-parented to the agent, 0 when its parent is the agent from
 // birth. Returns once the process is the worker; exits on failure.
 void become_worker(pid_t agent, pid_t intermediate, mode_t mask,
-                   const std::vector<std::string>& strings, const int* fds) {
+                   const std::vector<std::string>& strings, const int* fds, int nfds) {
+  // CT-1: into the worker's container before anything else.
+  if (nfds > fp::kNumFds && ::write(fds[fp::kNumFds], "0", 1) != 1) die("joining its cgroup");
+  write_marker(strings);
   if (::setpgid(0, 0) != 0) die("setpgid");
   // FS-3: wait until the intermediate child is gone and we are the agent's; a parent that is
   // neither means the agent died (we went to another reaper).
@@ -183,6 +205,12 @@ int run_fork_server() {
   const int sock = std::atoi(fd_text);
   ::fcntl(sock, F_SETFD, FD_CLOEXEC);
   const pid_t agent = ::getppid();  // spawn() checked it after setting PDEATHSIG on it
+  // environ still points into the block the kernel set up at exec (nothing changed it yet).
+  const std::string marker_key = std::string(worker_env::kContainer) + "=";
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, marker_key.c_str(), marker_key.size()) == 0 &&
+        std::strlen(*e + marker_key.size()) == fp::kMarkerRoom)
+      marker_room = *e + marker_key.size();
   // What every worker does first, done once here: the crypto library's set-up for the
   // connection handshake (HMAC-SHA256, random nonces). Starts no thread (checked below).
   token::hmac_sha256(token::random_bytes(32), "warm-up");
@@ -190,12 +218,14 @@ int run_fork_server() {
   if (!write_full(sock, &hello, sizeof(hello)) || hello != fp::kHelloOk) return 1;
   for (;;) {
     fp::Header h{};
-    int fds[fp::kNumFds];
+    int fds[fp::kMaxFds];
     int nfds = 0;
     bool ok = read_header(sock, &h, fds, &nfds);
     std::string body;
     std::vector<std::string> strings;
-    if (ok) ok = h.magic == fp::kMagic && h.body_len <= fp::kMaxBody && nfds == fp::kNumFds;
+    if (ok)
+      ok = h.magic == fp::kMagic && h.body_len <= fp::kMaxBody &&
+           static_cast<uint32_t>(nfds) == h.nfds && (nfds == fp::kNumFds || nfds == fp::kMaxFds);
     if (ok) {
       body.resize(h.body_len);
       ok = read_full(sock, body.data(), body.size()) && fp::decode_strings(body, &strings);
@@ -208,7 +238,7 @@ int run_fork_server() {
     int32_t answer = 0;
     pid_t sibling = fork_as_sibling();
     if (sibling == 0) {
-      become_worker(agent, 0, static_cast<mode_t>(h.umask), strings, fds);
+      become_worker(agent, 0, static_cast<mode_t>(h.umask), strings, fds, nfds);
       return kBecomeWorker;
     }
     if (sibling > 0 || errno != ENOSYS) {
@@ -223,7 +253,7 @@ int run_fork_server() {
         pid_t worker = ::fork();
         if (worker == 0) {
           ::close(pid_pipe[1]);
-          become_worker(agent, self, static_cast<mode_t>(h.umask), strings, fds);
+          become_worker(agent, self, static_cast<mode_t>(h.umask), strings, fds, nfds);
           return kBecomeWorker;
         }
         int32_t v = worker > 0 ? worker : -errno;

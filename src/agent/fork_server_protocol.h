@@ -2,8 +2,9 @@
 // socketpair. Encoding only, no I/O.
 //
 //   fork server -> agent, once at start-up: int32 hello (kHelloOk, or why it will not serve).
-//   agent -> fork server, per worker: Header with kNumFds descriptors attached (SCM_RIGHTS:
-//     stdout, stderr, ready pipe, token pipe), then `body_len` bytes: strings, each a uint32
+//   agent -> fork server, per worker: Header with `nfds` descriptors attached (SCM_RIGHTS:
+//     stdout, stderr, ready pipe, token pipe, and the worker's cgroup.procs when it has a cgroup
+//     to join, containment.h), then `body_len` bytes: strings, each a uint32
 //     length and its bytes: the cwd, then the environment's "KEY=VALUE" entries.
 //   fork server -> agent, per worker: int32, the worker's pid, or -errno.
 // Both ends run on one machine and one build: native byte order.
@@ -16,9 +17,12 @@
 
 namespace troupe::agent::fork_protocol {
 
-constexpr uint32_t kMagic = 0x31534654;  // "TFS1"
-constexpr int kNumFds = 4;
+constexpr uint32_t kMagic = 0x32534654;  // "TFS2"
+constexpr int kNumFds = 4;               // always sent
+constexpr int kMaxFds = 5;               // with the cgroup.procs
 constexpr uint32_t kMaxBody = 4u << 20;
+// The width of the fork server's placeholder for a worker's container marker (containment.h).
+constexpr size_t kMarkerRoom = 40;
 constexpr int32_t kHelloOk = 0;
 constexpr int32_t kHelloThreads = 1;  // it is not single-threaded (FS-1)
 constexpr int32_t kHelloBadSetup = 2;
@@ -27,6 +31,7 @@ struct Header {
   uint32_t magic;
   uint32_t umask;
   uint32_t body_len;
+  uint32_t nfds;  // kNumFds or kMaxFds
 };
 
 inline std::string encode_strings(const std::string& first, const std::vector<std::string>& rest) {

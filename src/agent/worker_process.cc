@@ -69,6 +69,7 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
     req.stderr_fd = err[1];
     req.ready_fd = ready[1];
     req.token_fd = token[0];
+    req.cgroup_procs_fd = launch_.cgroup_procs_fd;
     forked = launch_.fork_server->spawn(req);  // nullopt: exec below
   }
   if (forked) {
@@ -93,6 +94,7 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
     opts.inherit_fds = {ready[1], token[0]};
     opts.new_process_group = true;
     opts.parent_death_signal = SIGKILL;
+    opts.cgroup_procs_fd = launch_.cgroup_procs_fd;
     try {
       pid_ = process::spawn(opts);
     } catch (...) {

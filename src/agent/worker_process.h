@@ -39,6 +39,9 @@ struct WorkerLaunch {
   // When set and able to (no wrapper, no args, its executable), forks the worker instead of
   // fork+exec (fork_server.h); not owned, outlives start(). Otherwise, or when it fails, exec.
   ForkServer* fork_server = nullptr;
+  // The cgroup.procs of the worker's container, joined before the worker runs (CT-1); -1: none.
+  // Not owned; open until start() returns.
+  int cgroup_procs_fd = -1;
 };
 
 class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {

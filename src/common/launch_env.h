@@ -24,6 +24,8 @@ constexpr const char* kSocketDir = "TROUPE_SOCKET_DIR";
 constexpr const char* kLogToTerminal = "TROUPE_LOG_TO_DRIVER";            // "0" turns it off
 constexpr const char* kForkServer = "TROUPE_FORK_SERVER";                 // "0" turns it off
 constexpr const char* kObjectStoreMemory = "TROUPE_OBJECT_STORE_MEMORY";  // bytes
+// "0": contain workers with a subreaper instead of cgroups (agent/containment.h).
+constexpr const char* kCgroups = "TROUPE_CGROUPS";
 }  // namespace agent_env
 
 // Set by an agent for each worker it starts; read by the worker runtime.
@@ -42,6 +44,8 @@ constexpr const char* kCudaVisibleDevices = "CUDA_VISIBLE_DEVICES";
 constexpr const char* kForkServerFd = "TROUPE_FORK_SERVER_FD";
 // Set (to anything) to make the fork server double-fork even where it would not.
 constexpr const char* kForkServerDoubleFork = "TROUPE_FORK_SERVER_DOUBLE_FORK";
+// The worker's container id, by which its agent knows whose a process is (agent/containment.h).
+constexpr const char* kContainer = "TROUPE_CONTAINER";
 }  // namespace worker_env
 
 // Set by a worker group for each of its workers (the torch.distributed convention).

@@ -50,6 +50,7 @@ pid_t spawn(const SpawnOptions& options) {
       (void)unused;
       ::_exit(127);
     };
+    if (options.cgroup_procs_fd >= 0 && ::write(options.cgroup_procs_fd, "0", 1) != 1) fail(9);
     if (options.new_process_group && ::setpgid(0, 0) != 0) fail(1);
     if (options.parent_death_signal != 0) {
       if (::prctl(PR_SET_PDEATHSIG, options.parent_death_signal) != 0) fail(2);
@@ -91,8 +92,8 @@ pid_t spawn(const SpawnOptions& options) {
     int status = 0;
     ::waitpid(pid, &status, 0);
     static const char* kSteps[] = {"",       "setpgid", "prctl", "stdin", "stdout",
-                                   "stderr", "fcntl",   "chdir", "exec"};
-    int step = payload[0] >= 1 && payload[0] <= 8 ? payload[0] : 8;
+                                   "stderr", "fcntl",   "chdir", "exec",  "joining its cgroup"};
+    int step = payload[0] >= 1 && payload[0] <= 9 ? payload[0] : 8;
     ErrorCode code = step == 8 ? ErrorCode::kExecutableNotFound : ErrorCode::kInternal;
     throw Error(code, std::string("cannot start '") + options.executable + "': " + kSteps[step] +
                           " failed: " + std::strerror(payload[1]));

@@ -21,6 +21,9 @@ struct SpawnOptions {
   std::vector<int> inherit_fds;   // extra descriptors kept open (same numbers) in the child
   bool new_process_group = true;  // setpgid(0, 0): the child leads its own group
   int parent_death_signal = 0;    // PR_SET_PDEATHSIG; 0: none. Tied to the calling thread.
+  // A cgroup's cgroup.procs open for writing: the child joins that cgroup first thing, before
+  // anything else runs in it (it writes "0"); -1: none.
+  int cgroup_procs_fd = -1;
 };
 
 // Forks and executes. Blocks until the exec succeeded or failed. Returns the pid. Throws

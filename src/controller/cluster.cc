@@ -51,6 +51,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
     make_session_dir(false);
     loop_ = std::make_unique<transport::IoLoop>();
     connect_ = make_agent_connector(*loop_);
+    connect_worker_ = make_worker_connector(*loop_);
     try {
       connect_standing(address);
     } catch (...) {
@@ -69,6 +70,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
   }
   loop_ = std::make_unique<transport::IoLoop>();
   connect_ = make_agent_connector(*loop_);
+  connect_worker_ = make_worker_connector(*loop_);
   try {
     head_ = std::make_shared<head::Head>(loop_->context(),
                                          "unix:" + session_.socket_dir + "/head.sock", token_);
@@ -84,7 +86,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
 }
 
 ClusterImpl::ClusterImpl(ClusterOptions options, std::unique_ptr<HeadClient> head,
-                         AgentConnector connect)
+                         AgentConnector connect, WorkerConnector connect_worker)
     : options_(std::move(options)) {
   standing_ = true;
   head_address_ = options_.address.empty() ? "(injected head)" : options_.address;
@@ -92,6 +94,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options, std::unique_ptr<HeadClient> hea
   loop_ = std::make_unique<transport::IoLoop>();
   head_client_ = std::move(head);
   connect_ = std::move(connect);
+  connect_worker_ = connect_worker ? std::move(connect_worker) : make_worker_connector(*loop_);
   for (unsigned char c : token::random_bytes(4))
     id_prefix_ += "0123456789abcdef"[c >> 4], id_prefix_ += "0123456789abcdef"[c & 15];
   id_prefix_ += ".";
@@ -407,9 +410,8 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
   std::string log_path = session_dir_ + "/logs/" + options.name + ".log";
   Kwargs ctor_args = options.args;
   std::string token = token_;
-  asio::io_context& io = loop_->context();
   agent->start_worker(request, "start of worker '" + options.name + "'")
-      .then([worker, ctor_args, token, log_path, same_network, &io](
+      .then([worker, ctor_args, token, log_path, same_network, connect = connect_worker_](
                 const Error* e, control::StartWorkerReply started) {
         if (e) {
           worker->mark_dead(
@@ -425,16 +427,14 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
           worker->mark_dead(worker->death_error("it has no TCP endpoint to reach it from here"));
           return;
         }
-        transport::async_connect(
-            io, endpoint, token, kConnectTimeout,
-            [worker, ctor_args](std::shared_ptr<transport::Connection> c, const Error* error) {
-              if (error) {
-                worker->mark_dead(worker->death_error("cannot connect: " + error->message()));
-                return;
-              }
-              worker->on_connected(transport::RpcPeer::attach(c, wire::FrameLimits{}, {}),
-                                   ctor_args);
-            });
+        connect(endpoint, token, kConnectTimeout,
+                [worker, ctor_args](std::shared_ptr<WorkerClient> client, const Error* error) {
+                  if (error) {
+                    worker->mark_dead(worker->death_error("cannot connect: " + error->message()));
+                    return;
+                  }
+                  worker->on_connected(std::move(client), ctor_args);
+                });
       });
 }
 

@@ -25,6 +25,7 @@
 #include "controller/head_client.h"
 #include "controller/object_store.h"
 #include "controller/session_dir.h"
+#include "controller/worker_client.h"
 #include "controller/worker_state.h"
 #include "head/head.h"
 #include "transport/io_loop.h"
@@ -42,8 +43,11 @@ class ClusterImpl {
   // semantics: hosts and their ids come from head->hosts(), agents are connected on demand, a
   // lost host throws kHostLost, and shutdown stops only this driver's workers. Starts no process
   // (the seam for unit tests of the controller, with tests/fake_head_client.h and
-  // tests/fake_agent_client.h). Throws like a standing cluster when no live host is reachable.
-  ClusterImpl(ClusterOptions options, std::unique_ptr<HeadClient> head, AgentConnector connect);
+  // tests/fake_agent_client.h). Workers are reached through `connect_worker` (null: over the
+  // transport; tests/fake_worker_client.h). Throws like a standing cluster when no live host is
+  // reachable.
+  ClusterImpl(ClusterOptions options, std::unique_ptr<HeadClient> head, AgentConnector connect,
+              WorkerConnector connect_worker = nullptr);
   ~ClusterImpl();
 
   Worker start_worker(WorkerOptions options);
@@ -150,6 +154,8 @@ class ClusterImpl {
   std::unique_ptr<HeadClient> head_client_;
   std::shared_ptr<DriverStore> store_;  // set once agents are connected
   AgentConnector connect_;  // how agents are reached (make_agent_connector unless injected)
+  WorkerConnector
+      connect_worker_;  // how workers are reached (make_worker_connector unless injected)
   // Guards agents_ and host_records_, which grow when hosts join a standing cluster. Never held
   // while waiting for the I/O thread.
   mutable std::mutex hosts_mu_;

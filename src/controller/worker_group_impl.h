@@ -2,6 +2,7 @@
 // worker_group.cc; dispatch along mesh axes in worker_group_dispatch.cc.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -42,6 +43,8 @@ class WorkerGroupImpl {
   std::optional<ShutdownReport> report_;
 
   Worker worker(size_t idx) const;
+  // Replaces worker `idx` by a new incarnation NAME-rN (stopping the old one if alive); blocks
+  // until it is ready. Serialised with other recreations and the restart policy's decisions.
   Worker recreate_worker(size_t idx, const RecreateOptions& options = {});
   // Points creation_[idx] (and `o`, its copy) at a replacement bundle on a live host
   // (VirtualClusterImpl::replace_bundle). Blocking; called with recreate_mu_ held.
@@ -50,6 +53,10 @@ class WorkerGroupImpl {
   std::string gpu_state(size_t idx, const std::string& label, std::chrono::milliseconds timeout);
 
   void check_worker_index(size_t idx) const;
+  // How many deaths the restart thread has taken from its queue. Each one taken is then
+  // decided and recorded in events_ (restart_events()); tests wait on this to know that a death
+  // is being decided.
+  size_t deaths_taken() const { return deaths_taken_.load(); }
 
  private:
   // The restart policy: deaths are queued by I/O-thread callbacks and handled on restarter_.
@@ -62,9 +69,17 @@ class WorkerGroupImpl {
   // Queues the restart policy's decision about `worker`'s death (any incarnation, any policy).
   void watch(size_t idx, const Worker& worker);
   void restart_loop();
+  enum class DeathOutcome { kDecided, kRetry, kShutDown };
+  // Decides about (and records) the death of `incarnation` of worker `idx`, restarting it when
+  // it is still current and the budget allows. Takes recreate_mu_, so that a recreate running
+  // when the death arrived has replaced the incarnation (making the death stale) first.
+  DeathOutcome handle_death(size_t idx, const std::string& incarnation);
+  // recreate_worker with recreate_mu_ held.
+  Worker recreate_locked(size_t idx, const RecreateOptions& options);
   void record(size_t idx, const std::string& incarnation, RestartEvent::Action action,
               std::string detail);
   std::shared_ptr<RestartQueue> restart_queue_ = std::make_shared<RestartQueue>();
+  std::atomic<size_t> deaths_taken_{0};
   std::thread restarter_;
   std::mutex recreate_mu_;
 

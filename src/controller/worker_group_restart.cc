@@ -1,6 +1,8 @@
-// WorkerGroup's recreate_worker and restart policy: every death of a current incarnation is
-// queued by an I/O-thread callback and decided on the group's restart thread, which records the
-// decision (restart_events) whether or not it restarts.
+// WorkerGroup's recreate_worker and restart policy: every death of an incarnation is queued by
+// an I/O-thread callback and decided on the group's restart thread, which records the decision
+// (restart_events) whether or not it restarts. Recreations (manual or by the policy) and the
+// policy's decisions are serialised by recreate_mu_, so a decision sees the outcome of any
+// recreate that was running when the death arrived: only the current incarnation's death counts.
 #include "common/launch_env.h"
 #include "common/log.h"
 #include "controller/cluster_impl.h"
@@ -12,6 +14,10 @@ namespace troupe::internal {
 
 Worker WorkerGroupImpl::recreate_worker(size_t idx, const RecreateOptions& options) {
   std::lock_guard<std::mutex> serial(recreate_mu_);
+  return recreate_locked(idx, options);
+}
+
+Worker WorkerGroupImpl::recreate_locked(size_t idx, const RecreateOptions& options) {
   Worker old = worker(idx);
   WorkerOptions o;
   {
@@ -105,41 +111,57 @@ void WorkerGroupImpl::restart_loop() {
       dead = q.dead.front();
       q.dead.pop_front();
     }
-    const auto& [idx, incarnation] = dead;
-    std::optional<std::pair<RestartEvent::Action, std::string>> decided;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (shut_down_) return;
-      // Only the current incarnation's death counts, and only within the budget.
-      if (workers_[idx].name() != incarnation)
-        decided.emplace(RestartEvent::Action::kStale,
-                        "already replaced by " + workers_[idx].name());
-      else if (options_.max_restarts == 0)
-        decided.emplace(RestartEvent::Action::kPolicyOff,
-                        "not restarting: the restart policy is off (max_restarts is 0)");
-      else if (restarts_[idx] >= options_.max_restarts)
-        decided.emplace(
-            RestartEvent::Action::kBudgetSpent,
-            "not restarting: all " + std::to_string(options_.max_restarts) + " restarts are used");
+    ++deaths_taken_;
+    switch (handle_death(dead.first, dead.second)) {
+      case DeathOutcome::kDecided:
+        break;
+      case DeathOutcome::kShutDown:
+        return;
+      case DeathOutcome::kRetry: {
+        // The dead incarnation is still in place (e.g. the new one was killed while it started):
+        // try again while the budget lasts (each attempt counts in restarts_).
+        std::lock_guard<std::mutex> lock(q.mu);
+        if (!q.closed) q.dead.push_back(dead);
+        break;
+      }
     }
-    if (decided) {
-      if (decided->first == RestartEvent::Action::kBudgetSpent)
-        TROUPE_LOG(Warning) << "worker " << incarnation << " of group " << name_ << " died; "
-                            << decided->second << "; it stays dead";
-      record(idx, incarnation, decided->first, decided->second);
-      continue;
-    }
-    try {
-      Worker fresh = recreate_worker(idx);
-      record(idx, incarnation, RestartEvent::Action::kRestarted, fresh.name());
-    } catch (const Error& e) {
-      TROUPE_LOG(Error) << "restart of worker " << incarnation << " failed: " << e.message();
-      record(idx, incarnation, RestartEvent::Action::kRestartFailed, e.message());
-      // The dead incarnation is still in place (e.g. the new one was killed while it started):
-      // try again while the budget lasts (each attempt counts in restarts_).
-      std::lock_guard<std::mutex> lock(q.mu);
-      if (!q.closed) q.dead.push_back(dead);
-    }
+  }
+}
+
+WorkerGroupImpl::DeathOutcome WorkerGroupImpl::handle_death(size_t idx,
+                                                            const std::string& incarnation) {
+  // A recreate in progress (manual, e.g. the one that stopped `incarnation`) finishes first.
+  std::lock_guard<std::mutex> serial(recreate_mu_);
+  std::optional<std::pair<RestartEvent::Action, std::string>> decided;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (shut_down_) return DeathOutcome::kShutDown;
+    // Only the current incarnation's death counts, and only within the budget.
+    if (workers_[idx].name() != incarnation)
+      decided.emplace(RestartEvent::Action::kStale, "already replaced by " + workers_[idx].name());
+    else if (options_.max_restarts == 0)
+      decided.emplace(RestartEvent::Action::kPolicyOff,
+                      "not restarting: the restart policy is off (max_restarts is 0)");
+    else if (restarts_[idx] >= options_.max_restarts)
+      decided.emplace(
+          RestartEvent::Action::kBudgetSpent,
+          "not restarting: all " + std::to_string(options_.max_restarts) + " restarts are used");
+  }
+  if (decided) {
+    if (decided->first == RestartEvent::Action::kBudgetSpent)
+      TROUPE_LOG(Warning) << "worker " << incarnation << " of group " << name_ << " died; "
+                          << decided->second << "; it stays dead";
+    record(idx, incarnation, decided->first, decided->second);
+    return DeathOutcome::kDecided;
+  }
+  try {
+    Worker fresh = recreate_locked(idx, RecreateOptions{});
+    record(idx, incarnation, RestartEvent::Action::kRestarted, fresh.name());
+    return DeathOutcome::kDecided;
+  } catch (const Error& e) {
+    TROUPE_LOG(Error) << "restart of worker " << incarnation << " failed: " << e.message();
+    record(idx, incarnation, RestartEvent::Action::kRestartFailed, e.message());
+    return DeathOutcome::kRetry;
   }
 }
 

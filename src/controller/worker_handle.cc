@@ -45,9 +45,9 @@ std::string WorkerState::log_path() const {
   return log_path_;
 }
 
-std::shared_ptr<transport::RpcPeer> WorkerState::peer() const {
+std::shared_ptr<WorkerClient> WorkerState::client() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return peer_;
+  return client_;
 }
 
 std::string WorkerState::describe_locked() const {
@@ -70,13 +70,13 @@ Error WorkerState::death_error(const std::string& cause) const {
 }
 
 Future<Value> WorkerState::call(const std::string& method, const Kwargs& kwargs,
-                                transport::RpcPeer::StreamHandler on_item) {
+                                WorkerClient::StreamHandler on_item) {
   return submit({method, kwargs, nullptr, std::move(on_item), nullptr});
 }
 
 Future<Value> WorkerState::call_encoded(const std::string& method,
                                         std::shared_ptr<const wire::EncodedKwargs> kwargs,
-                                        transport::RpcPeer::StreamHandler on_item) {
+                                        WorkerClient::StreamHandler on_item) {
   return submit({method, {}, std::move(kwargs), std::move(on_item), nullptr});
 }
 
@@ -98,7 +98,7 @@ Future<Value> WorkerState::submit(QueuedCall call) {
 }
 
 Future<Value> WorkerState::submit_now(QueuedCall call) {
-  std::shared_ptr<transport::RpcPeer> peer;
+  std::shared_ptr<WorkerClient> client;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ == Status::kDead) return make_failed_future(*death_);
@@ -112,13 +112,13 @@ Future<Value> WorkerState::submit_now(QueuedCall call) {
         queued_.push_back(std::move(call));
       return future;
     }
-    peer = peer_;
+    client = client_;
   }
   std::string context = "method '" + call.method + "' of worker '" + name_ + "'";
   if (call.encoded)
-    return peer->call_encoded(call.method, *call.encoded, std::move(context),
-                              std::move(call.on_item));
-  return peer->call(call.method, call.kwargs, std::move(context), std::move(call.on_item));
+    return client->call_encoded(call.method, *call.encoded, std::move(context),
+                                std::move(call.on_item));
+  return client->call(call.method, call.kwargs, std::move(context), std::move(call.on_item));
 }
 
 void WorkerState::on_started(pid_t pid, uint64_t start_time, std::vector<int> gpus,
@@ -130,55 +130,63 @@ void WorkerState::on_started(pid_t pid, uint64_t start_time, std::vector<int> gp
   log_path_ = std::move(log_path);
 }
 
-void WorkerState::on_connected(std::shared_ptr<transport::RpcPeer> peer, const Kwargs& ctor_args) {
+void WorkerState::on_connected(std::shared_ptr<WorkerClient> client, const Kwargs& ctor_args) {
   std::weak_ptr<WorkerState> weak = weak_from_this();
-  peer->set_failure_hook([weak](const Error& reason) {
-    auto self = weak.lock();
-    return self ? self->death_error(reason.message())
-                : Error(ErrorCode::kWorkerDied, reason.message());
-  });
-  peer->set_orphan_handler(
+  client->on_connection_lost(
       [weak](std::vector<std::shared_ptr<internal::FutureState>> pending, const Error& reason) {
         if (auto self = weak.lock()) {
           self->on_connection_lost(std::move(pending), reason);
         } else {
           for (auto& p : pending) p->set_error(Error(ErrorCode::kWorkerDied, reason.message()));
         }
+      },
+      [weak](const Error& reason) {
+        auto self = weak.lock();
+        return self ? self->death_error(reason.message())
+                    : Error(ErrorCode::kWorkerDied, reason.message());
       });
-  std::vector<QueuedCall> queued;
+  // Sent under the lock, so that __init__ and the queued calls precede every later call; their
+  // futures are tied to the callers' after it (a fake client completes calls at once).
+  Future<Value> init;
+  std::vector<std::pair<Future<Value>, std::shared_ptr<internal::FutureState>>> sent;
+  std::optional<Error> dead;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ == Status::kDead) {
-      peer->close(*death_);
-      return;
+      dead = *death_;
+    } else {
+      client_ = client;
+      Map init_args{{"class", class_name_}, {"args", Value(ctor_args)}};
+      if (store && store_target == DriverStore::kLocal && store->threshold() > 0) {
+        // Large results come back through the store of this host.
+        client->set_response_filter([](Value& v) { store::resolve_markers(v, /*remove=*/true); });
+        init_args.emplace_back("store_threshold", static_cast<int64_t>(store->threshold()));
+      }
+      init = client->call("__init__", init_args, "start of " + describe_locked(), nullptr);
+      sent.reserve(queued_.size());
+      for (auto& q : queued_)
+        sent.emplace_back(
+            q.encoded ? client->call_encoded(q.method, *q.encoded, q.state->context(), q.on_item)
+                      : client->call(q.method, q.kwargs, q.state->context(), q.on_item),
+            q.state);
+      queued_.clear();
+      status_ = Status::kReady;
     }
-    peer_ = peer;
-    Map init_args{{"class", class_name_}, {"args", Value(ctor_args)}};
-    if (store && store_target == DriverStore::kLocal && store->threshold() > 0) {
-      // Large results come back through the store of this host.
-      peer->set_response_filter([](Value& v) { store::resolve_markers(v, /*remove=*/true); });
-      init_args.emplace_back("store_threshold", static_cast<int64_t>(store->threshold()));
-    }
-    auto init = peer->call("__init__", init_args, "start of " + describe_locked());
-    init.then([ready = ready_](const Future<Value>& f) {
-      if (auto e = f.error())
-        ready->set_error(*e);
-      else
-        ready->set_value(Value());
-    });
-    for (auto& q : queued_) {
-      auto f = q.encoded ? peer->call_encoded(q.method, *q.encoded, q.state->context(), q.on_item)
-                         : peer->call(q.method, q.kwargs, q.state->context(), q.on_item);
-      f.then([state = q.state](const Future<Value>& done) {
-        if (auto e = done.error())
-          state->set_error(*e);
-        else
-          state->set_value(done.get());
-      });
-    }
-    queued_.clear();
-    status_ = Status::kReady;
   }
+  if (dead) return client->close(*dead);
+  init.then([ready = ready_](const Future<Value>& f) {
+    if (auto e = f.error())
+      ready->set_error(*e);
+    else
+      ready->set_value(Value());
+  });
+  for (auto& [f, state] : sent)
+    f.then([state = state](const Future<Value>& done) {
+      if (auto e = done.error())
+        state->set_error(*e);
+      else
+        state->set_value(done.get());
+    });
 }
 
 void WorkerState::on_connection_lost(std::vector<std::shared_ptr<internal::FutureState>> pending,
@@ -203,7 +211,7 @@ void WorkerState::on_connection_lost(std::vector<std::shared_ptr<internal::Futur
 void WorkerState::mark_dead(const Error& error) {
   std::vector<QueuedCall> queued;
   std::vector<std::shared_ptr<internal::FutureState>> orphans;
-  std::shared_ptr<transport::RpcPeer> peer;
+  std::shared_ptr<WorkerClient> client;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ == Status::kDead) return;
@@ -211,14 +219,14 @@ void WorkerState::mark_dead(const Error& error) {
     death_ = error;
     queued.swap(queued_);
     orphans.swap(orphans_);
-    peer.swap(peer_);
+    client.swap(client_);
     if (report_timer_) report_timer_->cancel();
   }
   ready_->set_error(error);
   died_->set_value(error.message());
   for (auto& q : queued) q.state->set_error(error);
   for (auto& o : orphans) o->set_error(error);
-  if (peer) peer->close(error);
+  if (client) client->close(error);
   if (on_dead) on_dead();
 }
 

@@ -25,7 +25,7 @@
 #include "controller/access.h"
 #include "controller/agent_client.h"
 #include "controller/object_store.h"
-#include "transport/rpc_peer.h"
+#include "controller/worker_client.h"
 #include "troupe/cluster.h"
 
 namespace troupe::internal {
@@ -57,16 +57,16 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   // Sends the call now, queues it while starting, or fails it when dead. `on_item` receives
   // streamed items (I/O thread).
   Future<Value> call(const std::string& method, const Kwargs& kwargs,
-                     transport::RpcPeer::StreamHandler on_item = nullptr);
+                     WorkerClient::StreamHandler on_item = nullptr);
   // The same with arguments encoded once for many workers.
   Future<Value> call_encoded(const std::string& method,
                              std::shared_ptr<const wire::EncodedKwargs> kwargs,
-                             transport::RpcPeer::StreamHandler on_item = nullptr);
+                             WorkerClient::StreamHandler on_item = nullptr);
 
   // The agent started the process (I/O thread).
   void on_started(pid_t pid, uint64_t start_time, std::vector<int> gpus, std::string log_path);
-  // Connected and authenticated: sends __init__ then the queued calls (I/O thread).
-  void on_connected(std::shared_ptr<transport::RpcPeer> peer, const Kwargs& ctor_args);
+  // Connected and authenticated: sends __init__ then the queued calls (the connector's thread).
+  void on_connected(std::shared_ptr<WorkerClient> client, const Kwargs& ctor_args);
   // The connection closed with calls pending (I/O thread): waits for the exit report.
   void on_connection_lost(std::vector<std::shared_ptr<internal::FutureState>> pending,
                           const Error& reason);
@@ -81,7 +81,8 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   // The error a lost connection turns into.
   Error death_error(const std::string& cause) const;
 
-  std::shared_ptr<transport::RpcPeer> peer() const;
+  // The connection to the worker process; null until connected and once dead.
+  std::shared_ptr<WorkerClient> client() const;
   // Set once at creation: the client of the worker's agent, and the worker group
   // and rank it belongs to (empty / -1 outside a group).
   std::weak_ptr<AgentClient> agent;
@@ -104,7 +105,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
     std::string method;
     Kwargs kwargs;
     std::shared_ptr<const wire::EncodedKwargs> encoded;  // used instead of kwargs when set
-    transport::RpcPeer::StreamHandler on_item;
+    WorkerClient::StreamHandler on_item;
     std::shared_ptr<internal::FutureState> state;
   };
   Future<Value> submit(QueuedCall call);
@@ -123,7 +124,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   uint64_t start_time_ = 0;
   std::vector<int> gpus_;
   std::string log_path_;
-  std::shared_ptr<transport::RpcPeer> peer_;
+  std::shared_ptr<WorkerClient> client_;
   std::vector<QueuedCall> queued_;
   std::optional<Error> death_;
   std::string exit_status_;

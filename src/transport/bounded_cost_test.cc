@@ -149,83 +149,145 @@ TEST_F(PairTest, HeaderCutShortIsClosedAtTheStallDeadline) {
 }
 
 TEST_F(PairTest, IdleConnectionsAndSlowWholeFramesAreNotStalls) {
-  // The deadline is on progress inside a frame: an idle connection never hits it, nor does a
-  // frame whose bytes keep coming, however long it takes in all. (Gaps of a tenth of the
-  // deadline, so that a loaded machine does not turn them into stalls.)
-  conn_->set_stall_timeout(1000ms);
+  // The deadline is on progress inside a frame: an idle connection is not watched at all, and a
+  // frame whose bytes keep coming passes each check of the deadline, however long it takes in
+  // all. (Gaps of a tenth of the deadline, so that a loaded machine does not make them stalls.)
+  conn_->set_stall_timeout(500ms);
   auto delivered = std::make_shared<std::promise<std::string>>();
   auto closed = std::make_shared<std::atomic<bool>>(false);
   conn_->set_handlers(
       big_limits(), [delivered](wire::Frame&& f) { delivered->set_value(f.body); },
       [closed](const Error&) { *closed = true; });
   conn_->start();
-  std::this_thread::sleep_for(1500ms);  // idle for longer than the deadline
-  std::string frame = frame_bytes(FrameKind::kEvent, 0, std::string(20, 'b'));
-  for (size_t pos = 0; pos < frame.size(); pos += 2) {  // 22 pieces, 100 ms apart: 2.2 s
+  auto watching = [&] {
+    bool w = true;
+    loop_.run_sync([&] { w = conn_->watching_for_stall(); });
+    return w;
+  };
+  EXPECT_FALSE(watching()) << "an idle connection has a stall deadline";
+  std::string frame = frame_bytes(FrameKind::kEvent, 0, std::string(200, 'b'));
+  // 2-byte pieces 50 ms apart until the deadline has come due twice and found progress (about
+  // 1 s), then the rest.
+  size_t pos = 0;
+  for (; pos < frame.size() && conn_->stall_checks_passed() < 2; pos += 2) {
     ASSERT_TRUE(raw_->write(frame.substr(pos, 2))) << "closed after " << pos << " bytes";
-    std::this_thread::sleep_for(100ms);
+    std::this_thread::sleep_for(50ms);
   }
+  ASSERT_GE(conn_->stall_checks_passed(), 2u) << "the deadline never came due inside the frame";
+  ASSERT_TRUE(raw_->write(frame.substr(pos)));
   auto f = delivered->get_future();
   ASSERT_EQ(f.wait_for(kDeadline), std::future_status::ready);
-  EXPECT_EQ(f.get(), std::string(20, 'b'));
+  EXPECT_EQ(f.get(), std::string(200, 'b'));
+  // The deadline armed inside the frame comes due once more and, the connection idle, stops.
+  EXPECT_TRUE(eventually([&] { return !watching(); }, kDeadline));
   EXPECT_FALSE(*closed);
 }
 
-// ---- a listener with a cap of 4 pending handshakes ----
+// ---- a listener with a cap of 4 pending handshakes (LST-4) ----
 
-TEST(ListenerCap, ConnectionsBeyondThePendingHandshakeCapAreClosedAtOnce) {
+// A listener on `endpoint` with a cap of 4 pending handshakes; counts authenticated peers.
+class CappedListener {
+ public:
+  explicit CappedListener(const std::string& endpoint) {
+    ListenerOptions options;
+    options.max_pending_handshakes = 4;
+    listener_ = Listener::start(
+        loop_.context(), endpoint, kToken,
+        [this](std::shared_ptr<Connection> c) {
+          ++authenticated;
+          peers_.push_back(RpcPeer::attach(c, wire::FrameLimits{}, {}));
+        },
+        options);
+  }
+  ~CappedListener() {
+    loop_.run_sync([&] {
+      listener_->close();
+      for (auto& p : peers_) p->close(Error(ErrorCode::kShutdown, "test over"));
+    });
+    loop_.run_sync([] {});
+    loop_.stop();
+  }
+  std::string endpoint() const { return listener_->endpoint(); }
+  uint64_t evicted() const { return listener_->evicted_handshakes(); }
+  std::atomic<int> authenticated{0};
+
+ private:
+  IoLoop loop_;
+  std::shared_ptr<Listener> listener_;
+  std::vector<std::shared_ptr<RpcPeer>> peers_;  // I/O thread only
+};
+
+// Opens `n` connections from `source` that each wait in the handshake (challenge read).
+void open_silent(const std::string& ep, const std::string& source, int n,
+                 std::vector<std::unique_ptr<RawSocket>>* out) {
+  for (int i = 0; i < n; ++i) {
+    out->push_back(std::make_unique<RawSocket>(ep, source));
+    ASSERT_TRUE(out->back()->await_challenge()) << "connection " << i << " from " << source;
+  }
+}
+
+TEST(ListenerCap, AtTheCapANewConnectionEvictsTheOldestPendingHandshake) {
   StderrTee log;
   TempDir dir;
-  IoLoop loop;
-  std::atomic<int> authenticated{0};
-  std::vector<std::shared_ptr<RpcPeer>> peers;
-  ListenerOptions options;
-  options.max_pending_handshakes = 4;
-  auto listener = Listener::start(
-      loop.context(), "unix:" + dir.path() + "/cap.sock", kToken,
-      [&](std::shared_ptr<Connection> c) {
-        ++authenticated;
-        peers.push_back(RpcPeer::attach(c, wire::FrameLimits{}, {}));
-      },
-      options);
-  std::string ep = listener->endpoint();
+  CappedListener server("unix:" + dir.path() + "/cap.sock");
+  std::string ep = server.endpoint();
+  // 4 fill the cap; each of the next 40 is admitted (it gets its challenge) and evicts the
+  // oldest: the first 4, then the first 36 of the 40.
+  std::vector<std::unique_ptr<RawSocket>> raws;
+  open_silent(ep, "", 44, &raws);
+  EXPECT_EQ(server.evicted(), 40u);
+  for (int i = 0; i < 40; ++i)
+    ASSERT_TRUE(raws[i]->read_until_closed().has_value()) << "connection " << i << " stayed open";
+  for (int i = 40; i < 44; ++i) EXPECT_TRUE(raws[i]->authenticate(kToken)) << "connection " << i;
+  EXPECT_TRUE(eventually([&] { return server.authenticated == 4; }, kDeadline));
 
-  std::vector<std::unique_ptr<RawSocket>> pending;
-  for (int i = 0; i < 4; ++i) {
-    pending.push_back(std::make_unique<RawSocket>(ep));
-    auto challenge = pending.back()->read_frame();  // in the handshake
-    ASSERT_TRUE(challenge.has_value());
-    EXPECT_EQ(challenge->kind, FrameKind::kChallenge);
-  }
-  for (int i = 0; i < 40; ++i) {  // closed without a byte
-    RawSocket excess(ep);
-    ASSERT_GE(excess.fd(), 0);
-    auto frames = excess.read_until_closed();
-    ASSERT_TRUE(frames.has_value()) << "connection " << i << " beyond the cap stayed open";
-    EXPECT_TRUE(frames->empty());
-  }
-  std::string line = "listener " + ep + " closed a new connection: 4 connections are already";
-  ASSERT_TRUE(log.wait_for(line));
-  size_t lines = count(log.text(), "closed a new connection");
-  EXPECT_GE(lines, 1u);
+  ASSERT_TRUE(log.wait_for("closing connection from " + ep +
+                           ": evicted from the handshake by a new connection from " + ep +
+                           ": 4 connections were in the handshake (the limit), 4 of them from "
+                           "unix (1 evicted so far)"));
+  size_t lines = count(log.text(), "evicted from the handshake");
   EXPECT_LE(lines, 20u) << "the lines are not rate-limited";
+}
 
-  // A pending handshake that ends makes room: then a client gets in and authenticates.
-  pending[0]->reset();
-  auto fresh = std::make_unique<RawSocket>(ep);
-  EXPECT_TRUE(eventually(
-      [&] {
-        fresh = std::make_unique<RawSocket>(ep);
-        return fresh->authenticate(kToken);
-      },
-      kDeadline));
-  EXPECT_TRUE(eventually([&] { return authenticated == 1; }, kDeadline));
-  loop.run_sync([&] {
-    listener->close();
-    for (auto& p : peers) p->close(Error(ErrorCode::kShutdown, "test over"));
-  });
-  loop.run_sync([] {});
-  loop.stop();
+TEST(ListenerCap, AFloodFromOneAddressEvictsOnlyItsOwnHandshakes) {
+  CappedListener server("tcp:127.0.0.1:0");
+  std::string ep = server.endpoint();
+  std::vector<std::unique_ptr<RawSocket>> flood;
+  open_silent(ep, "127.0.0.6", 4, &flood);  // the cap is full
+  RawSocket client(ep, "127.0.0.5");
+  ASSERT_TRUE(client.await_challenge()) << "a client from another address was refused";
+  EXPECT_EQ(server.evicted(), 1u);
+  // 20 more from the flooding address: 127.0.0.6 holds the most, so they evict its own (the
+  // client's handshake, the oldest now, stays).
+  open_silent(ep, "127.0.0.6", 20, &flood);
+  EXPECT_EQ(server.evicted(), 21u);
+  EXPECT_TRUE(client.authenticate(kToken));
+  for (int i = 0; i < 21; ++i)
+    ASSERT_TRUE(flood[i]->read_until_closed().has_value()) << "flood connection " << i;
+  for (int i = 21; i < 24; ++i) EXPECT_TRUE(flood[i]->authenticate(kToken)) << "flood " << i;
+  EXPECT_TRUE(eventually([&] { return server.authenticated == 4; }, kDeadline));
+}
+
+TEST(ListenerCap, AClientFromTheFloodingAddressOutlivesCapMinusOneNewerConnections) {
+  CappedListener server("tcp:127.0.0.1:0");
+  std::string ep = server.endpoint();
+  std::vector<std::unique_ptr<RawSocket>> flood;
+  open_silent(ep, "127.0.0.6", 10, &flood);
+  EXPECT_EQ(server.evicted(), 6u);
+  // Same address: the oldest of that address goes first, so the client has 3 newer arrivals to
+  // answer in; it needs one round trip.
+  RawSocket client(ep, "127.0.0.6");
+  ASSERT_TRUE(client.await_challenge());
+  open_silent(ep, "127.0.0.6", 3, &flood);
+  EXPECT_TRUE(client.authenticate(kToken));
+  // A client that waits through 4 newer arrivals is evicted.
+  RawSocket slow(ep, "127.0.0.6");
+  ASSERT_TRUE(slow.await_challenge());
+  open_silent(ep, "127.0.0.6", 4, &flood);
+  ASSERT_TRUE(slow.read_until_closed().has_value());
+  EXPECT_FALSE(slow.authenticate(kToken));
+  EXPECT_EQ(server.evicted(), 6u + 1 + 3 + 4);  // the client's handshake had ended: room for slow
+  EXPECT_TRUE(eventually([&] { return server.authenticated == 1; }, kDeadline));
 }
 
 TEST(ListenerCap, FailedHandshakesAreLoggedAtARateLimit) {

@@ -230,7 +230,10 @@ void Connection::watch_stall() {
 void Connection::check_stall(const asio::error_code& ec) {
   stall_timer_armed_ = false;
   if (ec || closed_ || !mid_frame()) return;
-  if (std::chrono::steady_clock::now() < last_progress_ + stall_timeout_) return watch_stall();
+  if (std::chrono::steady_clock::now() < last_progress_ + stall_timeout_) {
+    ++stall_checks_passed_;
+    return watch_stall();
+  }
   size_t received = state_ == ReadState::kPayload ? 0 : rend_ - rbegin_;
   size_t declared = 0;
   if (state_ == ReadState::kPayload) {

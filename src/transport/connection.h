@@ -71,6 +71,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   asio::io_context& context() { return io_; }
   // When bytes last arrived from the peer (epoch before any). I/O thread only.
   std::chrono::steady_clock::time_point last_bytes_received() const { return last_progress_; }
+  // CONN-2's decisions, for tests: whether the stall deadline is being watched (only inside a
+  // frame; I/O thread only), and how many times it came due and found the frame had made
+  // progress (thread-safe).
+  bool watching_for_stall() const { return stall_timer_armed_; }
+  uint64_t stall_checks_passed() const { return stall_checks_passed_.load(); }
 
  private:
   struct PendingWrite {
@@ -133,6 +138,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::chrono::milliseconds stall_timeout_ = kDefaultFrameStallTimeout;
   asio::steady_timer stall_timer_;
   bool stall_timer_armed_ = false;
+  std::atomic<uint64_t> stall_checks_passed_{0};
   std::chrono::steady_clock::time_point last_progress_{};
 
   // Write side.

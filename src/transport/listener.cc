@@ -29,12 +29,17 @@ void set_nodelay(Socket& socket) {
   ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-std::string describe(const asio::generic::stream_protocol::endpoint& ep) {
-  if (ep.protocol().family() == AF_UNIX) return "unix peer";
+asio::ip::tcp::endpoint as_tcp(const asio::generic::stream_protocol::endpoint& ep) {
   asio::ip::tcp::endpoint tcp;
   size_t n = std::min<size_t>(ep.size(), tcp.capacity());
   std::memcpy(tcp.data(), ep.data(), n);
   tcp.resize(n);
+  return tcp;
+}
+
+std::string describe(const asio::generic::stream_protocol::endpoint& ep) {
+  if (ep.protocol().family() == AF_UNIX) return "unix peer";
+  auto tcp = as_tcp(ep);
   return "tcp:" + tcp.address().to_string() + ":" + std::to_string(tcp.port());
 }
 
@@ -136,30 +141,67 @@ void Listener::accept_next() {
 }
 
 void Listener::on_accepted(Socket socket) {
-  if (pending_ >= options_.max_pending_handshakes) {
-    asio::error_code ec;
-    socket.close(ec);
-    log("listener " + endpoint_ + " closed a new connection: " + std::to_string(pending_) +
-        " connections are already in the handshake (the limit)");
-    return;
-  }
   std::string peer = endpoint_;
+  std::string source = "unix";
   asio::error_code pec;
   auto remote = socket.remote_endpoint(pec);
   if (!pec && remote.protocol().family() != AF_UNIX) {
     set_nodelay(socket);
     peer = describe(remote);
+    source = as_tcp(remote).address().to_string();
   }
+  if (pending_.size() >= std::max<size_t>(options_.max_pending_handshakes, 1))
+    evict_for(source, peer);
   auto conn = std::make_shared<Connection>(std::move(socket), peer);
-  ++pending_;
+  uint64_t id = next_pending_id_++;
+  pending_.push_back(PendingHandshake{id, source, conn});
+  ++pending_per_source_[source];
   ServerHandshakeOptions handshake;
   handshake.timeout = options_.handshake_timeout;
   handshake.log_limiter = log_limiter_;
   std::weak_ptr<Listener> weak = shared_from_this();
-  handshake.on_finished = [weak] {
-    if (auto self = weak.lock()) --self->pending_;
+  handshake.on_finished = [weak, id] {
+    if (auto self = weak.lock()) self->forget_pending(id);
   };
   serve_handshake(conn, token_, std::move(handshake), on_connection_);
+}
+
+void Listener::evict_for(const std::string& source, const std::string& peer) {
+  auto weight = [&](const std::string& s) {
+    auto it = pending_per_source_.find(s);
+    return (it == pending_per_source_.end() ? 0 : it->second) + (s == source ? 1 : 0);
+  };
+  size_t most = 0;
+  for (const auto& [s, n] : pending_per_source_) most = std::max(most, weight(s));
+  // The oldest handshake of a source with the most (ties: the source with the oldest one).
+  auto victim = std::find_if(pending_.begin(), pending_.end(),
+                             [&](const PendingHandshake& p) { return weight(p.source) == most; });
+  if (victim == pending_.end()) return;
+  std::string from = victim->source;
+  size_t from_count = pending_per_source_[from];
+  auto conn = victim->connection.lock();
+  forget(victim);
+  uint64_t evicted = ++evicted_;
+  if (!conn) return;
+  conn->close(Error(ErrorCode::kResourceUnavailable,
+                    "evicted from the handshake by a new connection from " + peer + ": " +
+                        std::to_string(options_.max_pending_handshakes) +
+                        " connections were in the handshake (the limit), " +
+                        std::to_string(from_count) + " of them from " + from + " (" +
+                        std::to_string(evicted) + " evicted so far)"));
+}
+
+void Listener::forget_pending(uint64_t id) {
+  // At most max_pending_handshakes entries; an evicted one is already gone.
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->id == id) return forget(it);
+  }
+}
+
+void Listener::forget(std::list<PendingHandshake>::iterator it) {
+  auto count = pending_per_source_.find(it->source);
+  if (count != pending_per_source_.end() && --count->second == 0) pending_per_source_.erase(count);
+  pending_.erase(it);
 }
 
 void Listener::on_accept_error(const asio::error_code& ec) {

@@ -185,7 +185,8 @@ class RawSocket {
  public:
   explicit RawSocket(int fd) : fd_(fd) {}
   // Connects to "unix:PATH" or "tcp:ADDRESS:PORT"; fd() < 0 on failure.
-  explicit RawSocket(const std::string& endpoint) {
+  // With `source` (TCP only), the connection comes from that local address (any of 127.0.0.0/8).
+  explicit RawSocket(const std::string& endpoint, const std::string& source = "") {
     if (endpoint.rfind("unix:", 0) == 0) {
       sockaddr_un a{};
       a.sun_family = AF_UNIX;
@@ -199,7 +200,13 @@ class RawSocket {
       a.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))));
       ::inet_pton(AF_INET, endpoint.substr(4, colon - 4).c_str(), &a.sin_addr);
       fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) reset();
+      if (!source.empty()) {
+        sockaddr_in from{};
+        from.sin_family = AF_INET;
+        ::inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+        if (::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) reset();
+      }
+      if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) reset();
     }
   }
   ~RawSocket() { reset(); }
@@ -254,13 +261,23 @@ class RawSocket {
     return frames;
   }
 
-  // The client side of the handshake done by hand, as handshake.h specifies it.
-  ::testing::AssertionResult authenticate(const std::string& token,
-                                          std::string* auth_body = nullptr) {
+  // Reads the server's challenge and keeps it for authenticate(): the connection is then in
+  // the server's handshake. False if none came.
+  bool await_challenge() {
     auto challenge = read_frame();
     if (!challenge || challenge->kind != FrameKind::kChallenge || challenge->body.size() != 32)
+      return false;
+    challenge_ = challenge->body;
+    return true;
+  }
+
+  // The client side of the handshake done by hand, as handshake.h specifies it (the challenge
+  // read now unless await_challenge() read it).
+  ::testing::AssertionResult authenticate(const std::string& token,
+                                          std::string* auth_body = nullptr) {
+    if (challenge_.empty() && !await_challenge())
       return ::testing::AssertionFailure() << "no 32-byte challenge from the server";
-    const std::string& sn = challenge->body;
+    const std::string sn = challenge_;
     std::string cn = token::random_bytes(32);
     std::string body = cn + token::hmac_sha256(token, "troupe-client" + sn + cn);
     if (auth_body) *auth_body = body;
@@ -296,6 +313,7 @@ class RawSocket {
 
   int fd_ = -1;
   std::string buf_;
+  std::string challenge_;
 };
 
 // A live server: a Listener whose authenticated connections get an RpcPeer serving "echo"

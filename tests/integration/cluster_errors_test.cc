@@ -207,7 +207,7 @@ TEST_F(ClusterErrorsTest, CrashMidCallFailsPendingCallsNamingTheWorker) {
   again.stop();
 }
 
-// DESIGN: a dead worker's pending calls complete with an error naming "pid, exit code or
+// ARCHITECTURE.md: a dead worker's pending calls complete with an error naming "pid, exit code or
 // signal, last lines of stderr".
 TEST_F(ClusterErrorsTest, CrashReportNamesTheSignal) {
   Worker w = cluster_->start_worker(calculator("crasher-signal"));

@@ -1,9 +1,9 @@
-// Failures with real processes: a SIGKILLed or exiting worker, a SIGKILLed agent (DESIGN: "A
-// dead worker never hangs a caller"; WG-3), recreate_worker, the restart policy (max_restarts),
+// Failures with real processes: a SIGKILLed or exiting worker, a SIGKILLed agent (ARCHITECTURE.md:
+// "A dead worker never hangs a caller"; WG-3), recreate_worker, the restart policy (max_restarts),
 // host-memory telemetry per worker group, GPU state without NVML, and launch wrappers chosen by
 // worker-name pattern. Every test ends by checking the process table: each agent, worker and
-// worker child it saw is gone (DESIGN: "No orphans"). Shutdown is tested in shutdown_test.cc,
-// random kills during sharded dispatch in chaos_test.cc.
+// worker child it saw is gone (ARCHITECTURE.md: "No orphans"). Shutdown is tested in
+// shutdown_test.cc, random kills during sharded dispatch in chaos_test.cc.
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -42,8 +42,8 @@ std::string env_of(const Worker& w, const std::string& name) {
       .value_or("(unset)");
 }
 
-// DESIGN: death of the process completes the call with an error naming the worker (group, rank,
-// host, pid, signal, last lines of stderr), within a bound. WG-3: other workers' calls go on.
+// ARCHITECTURE.md: death of the process completes the call with an error naming the worker (group,
+// rank, host, pid, signal, last lines of stderr), within a bound. WG-3: other workers' calls go on.
 TEST(WorkerDeath, SigkillFailsPendingAndLaterCallsNamingTheWorker) {
   become_subreaper();
   Cluster cluster(quiet_cluster(2, 2, 4));
@@ -165,8 +165,8 @@ TEST(WorkerDeath, ExitCodeAndLastWordsAreInTheError) {
   EXPECT_TRUE(procs.all_gone(10s));
 }
 
-// DESIGN: death of its host completes the call; a worker dies with its agent, and so do the
-// children it forked; the other host's workers keep working.
+// ARCHITECTURE.md: death of its host completes the call; a worker dies with its agent, and so do
+// the children it forked; the other host's workers keep working.
 TEST(AgentDeath, PendingCallsFailAndTheHostsProcessesGo) {
   become_subreaper();
   Cluster cluster(quiet_cluster(2, 2, 4));

@@ -173,7 +173,8 @@ TEST(ForkServer, ForkedWorkerStartsAsAnExecdOneWould) {
     std::vector<std::string> out;
     for (auto& kv : env)
       if (kv.rfind("TROUPE_WORKER_NAME=", 0) != 0 && kv.rfind("TROUPE_WORKER_UNIX=", 0) != 0 &&
-          kv.rfind("TROUPE_TOKEN_FD=", 0) != 0)
+          kv.rfind("TROUPE_TOKEN_FD=", 0) != 0 &&
+          kv.rfind("TROUPE_CONTAINER=", 0) != 0)  // each worker's own (containment.h)
         out.push_back(kv);
     std::sort(out.begin(), out.end());
     return out;
@@ -193,6 +194,10 @@ TEST(ForkServer, ForkedWorkerStartsAsAnExecdOneWould) {
   EXPECT_TRUE(has("FORK_SERVER_TEST_VAR=from the driver"));
   EXPECT_TRUE(has("TROUPE_WORKER_NAME=forked"));
   EXPECT_TRUE(has("TROUPE_ROLE=worker"));
+  EXPECT_EQ(
+      std::count_if(env_f.begin(), env_f.end(),
+                    [](const std::string& kv) { return kv.rfind("TROUPE_CONTAINER=", 0) == 0; }),
+      1);
   for (const auto& kv : env_f) EXPECT_EQ(kv.rfind("TROUPE_FORK_SERVER_FD", 0), std::string::npos);
 
   using Status = std::map<std::string, std::string>;

@@ -1,5 +1,5 @@
-// Orphan-free shutdown with real processes (DESIGN: "No orphans"): WorkerGroup::shutdown with a
-// cleanup method, a cleanup that hangs, a worker that ignores SIGTERM, workers that forked
+// Orphan-free shutdown with real processes (ARCHITECTURE.md: "No orphans"): WorkerGroup::shutdown
+// with a cleanup method, a cleanup that hangs, a worker that ignores SIGTERM, workers that forked
 // children, force; Cluster destruction without an explicit shutdown; and a driver killed with
 // SIGKILL (the `troupe demo` CLI), whose agents must notice the lost head and reap their workers.
 // Every test checks the process table for leftovers within a bounded wait.
@@ -198,8 +198,8 @@ std::set<pid_t> pids_in_status(const std::string& text) {
   return out;
 }
 
-// DESIGN: "an agent reaps the workers of a driver that vanished". The driver is `troupe demo`,
-// killed with SIGKILL while it holds its cluster.
+// ARCHITECTURE.md: "an agent reaps the workers of a driver that vanished". The driver is `troupe
+// demo`, killed with SIGKILL while it holds its cluster.
 TEST(DriverDeath, AgentsReapTheWorkersOfAKilledDriver) {
   become_subreaper();
   TempDir dir;

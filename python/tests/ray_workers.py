@@ -1,0 +1,131 @@
+"""Tasks and actors for the troupe.ray tests (importable by the workers)."""
+
+import asyncio
+import os
+import sys
+import threading
+import time
+
+from troupe import ray
+
+
+@ray.remote
+def square(x):
+    return x * x
+
+
+@ray.remote
+def add(a, b):
+    return a + b
+
+
+@ray.remote
+def sleep_then(seconds, value):
+    time.sleep(seconds)
+    return value
+
+
+@ray.remote
+def fail(message):
+    raise ValueError(message)
+
+
+@ray.remote(num_returns=2)
+def split(x):
+    return x, -x
+
+
+@ray.remote
+def where():
+    """(node ip, GPU ids, CUDA_VISIBLE_DEVICES, node id) as the task sees them."""
+    return (ray.util.get_node_ip_address(), ray.get_gpu_ids(),
+            os.environ.get("CUDA_VISIBLE_DEVICES"), ray.get_runtime_context().get_node_id())
+
+
+@ray.remote
+def count_up(n):
+    for i in range(n):
+        yield i
+
+
+@ray.remote
+class Counter:
+    def __init__(self, start=0):
+        self.value = start
+
+    def add(self, x=1):
+        self.value += x
+        return self.value
+
+    def get(self):
+        return self.value
+
+    def pid(self):
+        return os.getpid()
+
+    def executable(self):
+        return sys.executable
+
+    def env(self, name):
+        return os.environ.get(name)
+
+    def sleep(self, seconds):
+        time.sleep(seconds)
+        return seconds
+
+    def where(self):
+        return (ray.util.get_node_ip_address(), ray.get_gpu_ids(),
+                os.environ.get("CUDA_VISIBLE_DEVICES"),
+                ray.get_runtime_context().get_actor_id())
+
+    def stream(self, n):
+        for i in range(n):
+            yield i * 10
+
+    def boom(self):
+        raise KeyError("missing")
+
+
+@ray.remote
+class Rendezvous:
+    """A threaded actor (max_concurrency=2 at creation): meet() returns only when two calls
+    run at the same time."""
+
+    def __init__(self):
+        self.barrier = threading.Barrier(2, timeout=10)
+
+    def meet(self):
+        return self.barrier.wait()
+
+
+@ray.remote
+class AsyncRendezvous:
+    """An async actor: wait() finishes only once release() ran, so they must overlap."""
+
+    def __init__(self):
+        self.event = None
+
+    async def wait(self):
+        if self.event is None:
+            self.event = asyncio.Event()
+        await asyncio.wait_for(self.event.wait(), 10)
+        return "released"
+
+    async def release(self):
+        if self.event is None:
+            self.event = asyncio.Event()
+        self.event.set()
+        return "done"
+
+
+@ray.remote
+class Maker:
+    """Creates a Counter from inside a worker and returns its handle (as the reference's
+    initializer actor does)."""
+
+    def make(self, start):
+        return Counter.remote(start)
+
+    def make_and_call(self, start):
+        c = Counter.remote(start)
+        return ray.get(c.add.remote(1))

@@ -1,0 +1,169 @@
+"""The driver's state of one Ray actor: its troupe worker, its calls in submission order, its
+restarts and its death. Calls made before the actor runs, or with ObjectRef arguments that are
+not ready, wait in a queue drained in order (so calls to one actor run as submitted)."""
+
+import collections
+import threading
+
+import troupe
+from troupe.ray import _objects, _serial
+from troupe.ray._host import is_plain
+from troupe.ray import exceptions as rex
+
+
+def top_level_refs(args, kwargs):
+    return [a for a in list(args) + list(kwargs.values()) if isinstance(a, _objects.ObjectRef)]
+
+
+def resolve_refs(args, kwargs):
+    """args and kwargs with each top-level ObjectRef replaced by its value (they are done);
+    raises the error of a failed one."""
+    def value(a):
+        return a._result(0) if isinstance(a, _objects.ObjectRef) else a
+
+    return [value(a) for a in args], {k: value(v) for k, v in kwargs.items()}
+
+
+class ActorState:
+    """See the module docstring. `runtime` provides post(fn), start_actor(actor) and
+    actor_died(actor, worker, how)."""
+
+    def __init__(self, runtime, actor_id, spec, cls_name, methods, options, args, kwargs):
+        self.runtime = runtime
+        self.actor_id = actor_id
+        self.spec = spec
+        self.cls_name = cls_name
+        self.methods = methods  # name -> (is_generator, is_async, num_returns)
+        self.options = options
+        self.args, self.kwargs = args, kwargs
+        self.is_async = any(m[1] for m in methods.values())
+        self.use_async_path = self.is_async or int(options.get("max_concurrency") or 1) > 1
+        self.restarts_left = int(options.get("max_restarts") or 0)
+        self.name = options.get("name")
+        self.namespace = options.get("namespace")
+        self.lock = threading.Lock()
+        self.worker = None
+        self.queue = collections.deque()
+        self.dead = None  # the RayActorError once dead for good
+        self.no_restart = False
+        self.allocation = None
+        self.incarnation = 0
+        self.node = None
+
+    # -- errors --------------------------------------------------------------------------
+    def error_of(self, e):
+        """The Ray error for a troupe error of a call to this actor."""
+        if isinstance(e, troupe.TimeoutError):
+            return rex.GetTimeoutError(str(e))
+        if isinstance(e, troupe.ConstructorFailedError):
+            return rex.ActorDiedError(self.actor_id, f"The actor {self.cls_name} died because "
+                                      f"of an error raised in its creation task: {e.message}")
+        return rex.ActorDiedError(self.actor_id, f"The actor {self.cls_name} "
+                                  f"({self.actor_id}) died: {e}")
+
+    # -- calls ---------------------------------------------------------------------------
+    def submit(self, method, args, kwargs, num_returns):
+        """The ObjectRef(s) (or ObjectRefGenerator) of a call; never blocks on the actor."""
+        if method not in self.methods:
+            raise AttributeError(f"'{self.cls_name}' actor has no method '{method}' "
+                                 f"(its methods: {sorted(self.methods)})")
+        streaming = num_returns == "streaming" or (num_returns is None
+                                                   and self.methods[method][0])
+        fast = self._send_now(method, args, kwargs, num_returns, streaming)
+        if fast is not None:
+            return fast
+        with self.lock:
+            ready = (self.worker is not None and not self.queue and self.dead is None
+                     and not any(not r._done() for r in top_level_refs(args, kwargs)))
+            if streaming:
+                from troupe.ray._tasks import _PendingStream
+
+                cell = _PendingStream()
+                out = _objects.ObjectRefGenerator(cell, self.error_of)
+            else:
+                cell = _objects._Cell(_objects.decode_result, self.error_of)
+                out = _refs(cell, num_returns)
+            if self.dead is not None:
+                cell.set_error(self.dead)
+            elif ready:
+                self._send(method, args, kwargs, cell)
+            else:
+                self.queue.append((method, args, kwargs, cell))
+                self.runtime.post(self.drain)
+        return out
+
+    def _send_now(self, method, args, kwargs, num_returns, streaming):
+        """The ref of a call sent at once (a running actor, nothing queued, scalar arguments,
+        one return value), or None when the general path must take it."""
+        worker = self.worker
+        if (worker is None or self.queue or streaming or num_returns not in (None, 1)
+                or not all(map(is_plain, args)) or not all(map(is_plain, kwargs.values()))):
+            return None
+        with self.lock:
+            if self.worker is not worker or self.queue:
+                return None
+            future = worker.call("call_async" if self.use_async_path else "call", method,
+                                 list(args), kwargs, False)
+        return _objects.ObjectRef(_objects.new_id(), _objects._Cell.of_future(
+            future, _objects.decode_result, self.error_of))
+
+    def _send(self, method, args, kwargs, cell):
+        """Sends one call; `cell` is a _Cell, or a _PendingStream for a streaming call."""
+        try:
+            args, kwargs = resolve_refs(args, kwargs)
+            # Scalars travel as troupe values; anything else is pickled here (out-of-band
+            # buffers included) so that it arrives as the same type.
+            pickled = not all(map(is_plain, args)) or not all(map(is_plain, kwargs.values()))
+            if pickled:
+                a, b = _serial.dumps((args, kwargs))
+            else:
+                a, b = list(args), kwargs
+        except Exception as e:  # noqa: BLE001 - a failed argument fails this call
+            cell.set_error(e)
+            return
+        if not isinstance(cell, _objects._Cell):
+            cell.bind(self.worker.stream("call_stream", method, a, b, pickled))
+            return
+        host_method = "call_async" if self.use_async_path else "call"
+        cell.bind(self.worker.call(host_method, method, a, b, pickled))
+
+    def drain(self):
+        """Sends the queued calls that can go, in order (on the runtime's dispatcher thread)."""
+        with self.lock:
+            while self.queue:
+                if self.dead is not None:
+                    for _, _, _, cell in self.queue:
+                        cell.set_error(self.dead)
+                    self.queue.clear()
+                    return
+                if self.worker is None:
+                    return
+                method, args, kwargs, cell = self.queue[0]
+                waiting = [r for r in top_level_refs(args, kwargs) if not r._done()]
+                if waiting:
+                    waiting[0]._cell.add_done_callback(lambda: self.runtime.post(self.drain))
+                    return
+                self.queue.popleft()
+                self._send(method, args, kwargs, cell)
+
+    # -- life ----------------------------------------------------------------------------
+    def started(self, worker):
+        with self.lock:
+            self.worker = worker
+        self.runtime.post(self.drain)
+
+    def mark_dead(self, error):
+        with self.lock:
+            self.dead = error
+            self.worker = None
+        self.runtime.post(self.drain)
+
+
+def _refs(cell, num_returns):
+    n = 1 if num_returns is None else num_returns
+    if n == 1:
+        return _objects.ObjectRef(_objects.new_id(), cell)
+    ref_id = _objects.new_id()
+    if n == 0:
+        return None
+    return [_objects.ObjectRef(ref_id, cell, i) for i in range(n)]

@@ -1,0 +1,191 @@
+"""The operations behind troupe.ray's public functions, in two implementations: DriverApi (the
+driver's runtime does them) and WorkerApi (inside a worker: each goes to the driver over the
+control socket, troupe.ray._proxy). Both take and return ObjectRefs, ActorHandles and
+PlacementGroups."""
+
+import time
+
+from troupe.ray import _context, _objects, _proxy, _runtime
+from troupe.ray import exceptions as rex
+
+
+def _handle(actor):
+    from troupe.ray.actor import ActorHandle
+
+    return ActorHandle(actor.actor_id, actor.methods, actor.cls_name)
+
+
+def _pg(state):
+    from troupe.ray.util.placement_group import PlacementGroup
+
+    return PlacementGroup(state.pg_id, [dict(r) for r in state.requests], state.strategy,
+                          state.name)
+
+
+class DriverApi:
+    def __init__(self, runtime):
+        self.rt = runtime
+
+    def create_actor(self, spec, cls_name, methods, options, args, kwargs):
+        return _handle(self.rt.create_actor(spec, cls_name, methods, options, args, kwargs))
+
+    def _actor(self, actor_id):
+        actor = self.rt.actors.get(actor_id)
+        if actor is None:
+            raise rex.RayActorError(actor_id, f"no actor {actor_id} in this job")
+        return actor
+
+    def call_actor(self, actor_id, method, args, kwargs, num_returns):
+        return self._actor(actor_id).submit(method, args, kwargs, num_returns)
+
+    def submit_task(self, spec, fn_name, options, args, kwargs):
+        return self.rt.submit_task(spec, fn_name, options, args, kwargs)
+
+    def get(self, refs, timeout):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = []
+        for r in refs:
+            if r._cell is None:
+                raise rex.ObjectLostError(r.hex(), f"object {r.hex()} is unknown to this driver")
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            out.append(r._result(left))
+        return out
+
+    def wait(self, refs, num_returns, timeout):
+        import threading
+
+        wake = threading.Event()
+        for r in refs:
+            if r._cell is None:
+                raise rex.ObjectLostError(r.hex(), f"object {r.hex()} is unknown to this driver")
+            r._cell.add_done_callback(wake.set)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ready = [r for r in refs if r._done()]
+            if len(ready) >= num_returns:
+                ready = ready[:num_returns]
+                break
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            wake.wait(left)
+            wake.clear()
+        chosen = set(map(id, ready))
+        return ready, [r for r in refs if id(r) not in chosen]
+
+    def put(self, value):
+        return _objects.ObjectRef(_objects.new_id(), _objects._Cell.of_value(value))
+
+    def kill(self, actor_id, no_restart):
+        self.rt.kill(actor_id, no_restart)
+
+    def get_actor(self, name, namespace):
+        return _handle(self.rt.get_actor(name, namespace))
+
+    def create_pg(self, bundles, strategy, name):
+        return _pg(self.rt.create_pg(bundles, strategy, name))
+
+    def _pg_state(self, pg_id):
+        state = self.rt.pgs.get(pg_id)
+        if state is None:
+            raise ValueError(f"no placement group {pg_id} in this job")
+        return state
+
+    def pg_ready(self, pg_id):
+        return _objects.ObjectRef(f"pg-ready-{pg_id}", self._pg_state(pg_id).ready_cell)
+
+    def remove_pg(self, pg_id):
+        self._pg_state(pg_id)
+        self.rt.remove_pg(pg_id)
+
+    def pg_table(self, pg_id):
+        with self.rt.lock:
+            if pg_id is not None:
+                return _pg_entry(self._pg_state(pg_id))
+            return {s.pg_id: _pg_entry(s) for s in self.rt.pgs.values()}
+
+    def nodes(self):
+        out = []
+        with self.rt.lock:
+            for n in self.rt.nodes:
+                out.append({"NodeID": n.node_id, "Alive": n.alive, "NodeManagerAddress":
+                            n.address, "NodeManagerHostname": n.name, "NodeName": n.address,
+                            "Resources": dict(n.pool.total), "alive": n.alive})
+        return out
+
+    def cluster_resources(self):
+        return _sum(n.pool.total for n in self.rt.nodes if n.alive)
+
+    def available_resources(self):
+        with self.rt.lock:
+            out = _sum(n.pool.avail for n in self.rt.nodes if n.alive)
+        return {k: v for k, v in out.items() if v > 1e-9}
+
+
+def _sum(dicts):
+    out = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def _pg_entry(s):
+    state = "REMOVED" if s.removed else ("CREATED" if s.bundles is not None else "PENDING")
+    return {"placement_group_id": s.pg_id, "name": s.name or "", "strategy": s.strategy,
+            "state": state, "bundles": {i: dict(r) for i, r in enumerate(s.requests)},
+            "bundles_to_node_id": ({b.index: b.node.node_id for b in s.bundles}
+                                   if s.bundles is not None else {})}
+
+
+class WorkerApi:
+    """Inside a worker: each operation is done by the driver."""
+
+    def __getattr__(self, op):
+        if op not in _proxy.OPS:
+            raise AttributeError(op)
+
+        def call(*args):
+            if op in ("create_actor", "submit_task"):
+                args = _with_captured_group(op, args)
+            return _proxy.client().request(op, *args)
+
+        return call
+
+
+def _with_captured_group(op, args):
+    """A task or actor made inside a placement-group worker that captures child tasks goes into
+    that group, unless it names its own strategy."""
+    pg_id = _context.get("placement_group")
+    if not pg_id or not _context.get("capture_child_tasks"):
+        return args
+    args = list(args)
+    i = 3 if op == "create_actor" else 2
+    options = dict(args[i])
+    if options.get("scheduling_strategy") in (None, "DEFAULT"):
+        from troupe.ray.util.placement_group import PlacementGroup
+        from troupe.ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            PlacementGroup(pg_id, [], "", ""), -1, True)
+    args[i] = options
+    return tuple(args)
+
+
+def driver_api():
+    rt = _runtime.current()
+    if rt is None:
+        raise rex.RaySystemError("troupe.ray is not initialized in this driver")
+    return DriverApi(rt)
+
+
+def api():
+    """The API of this process: the driver's (initializing it when needed, as Ray does), or a
+    worker's."""
+    if _context.in_worker():
+        return WorkerApi()
+    if _runtime.current() is None:
+        from troupe import ray
+
+        ray.init()
+    return DriverApi(_runtime.current())

@@ -1,0 +1,267 @@
+"""ObjectRef: the future of a value (a call's result, a task's result, or a ray.put value).
+
+A driver's ObjectRef has a _Cell: either bound to a troupe.Future (the call sent to a worker),
+or set directly (ray.put, a placement group's readiness, a call that failed before it was sent).
+A call waiting for its arguments or its actor has an unbound cell; get() waits for the binding.
+A worker's ObjectRef has only an id: its operations go to the driver (troupe.ray._proxy).
+"""
+
+import itertools
+import os
+import threading
+import time
+
+import troupe
+from troupe.ray import _serial
+from troupe.ray import exceptions as rex
+
+_ids = itertools.count(1)
+_PREFIX = os.urandom(8).hex()
+
+
+def new_id():
+    return f"{_PREFIX}{next(_ids):016x}"
+
+
+class _Cell:
+    """One result, completed once. Thread-safe. `decode(raw)` turns the bound future's raw
+    result into the value (or raises); `error_of(troupe_error)` maps the future's failure."""
+
+    __slots__ = ("_lock", "_bound", "_future", "_decode", "_error_of", "_state", "_value",
+                 "_callbacks")
+
+    def __init__(self, decode=None, error_of=None):
+        self._lock = threading.Lock()
+        self._bound = threading.Event()
+        self._future = None
+        self._decode = decode
+        self._error_of = error_of
+        self._state = None  # None, "value", "error"
+        self._value = None
+        self._callbacks = []
+
+    @classmethod
+    def of_future(cls, future, decode, error_of):
+        """A cell bound to `future` from the start (the fast path of an actor call)."""
+        c = cls.__new__(cls)
+        c._lock = threading.Lock()
+        c._bound = _ALWAYS
+        c._future, c._decode, c._error_of = future, decode, error_of
+        c._state = c._value = None
+        c._callbacks = []
+        return c
+
+    @classmethod
+    def of_value(cls, value):
+        c = cls()
+        c.set_value(value)
+        return c
+
+    def bind(self, future):
+        """Completes this cell with `future`'s outcome (a troupe.Future or troupe.Stream-free
+        object with result/wait/done/add_done_callback)."""
+        with self._lock:
+            self._future = future
+            callbacks, self._callbacks = self._callbacks, []
+        self._bound.set()
+        for fn in callbacks:
+            future.add_done_callback(lambda _f, fn=fn: fn())
+
+    def set_value(self, value):
+        self._complete("value", value)
+
+    def set_error(self, error):
+        self._complete("error", error)
+
+    def _complete(self, state, value):
+        with self._lock:
+            if self._bound.is_set():
+                return
+            self._state, self._value = state, value
+            callbacks, self._callbacks = self._callbacks, []
+        self._bound.set()
+        for fn in callbacks:
+            fn()
+
+    def done(self):
+        if not self._bound.is_set():
+            return False
+        return self._future is None or self._future.done()
+
+    def wait(self, timeout=None):
+        """Whether the cell completed within `timeout` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._bound.wait(timeout):
+            return False
+        if self._future is None:
+            return True
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self._future.wait(left)
+
+    def add_done_callback(self, fn):
+        """Calls fn() once complete (at once when it is; else on the thread that completes it:
+        keep it short)."""
+        with self._lock:
+            if not self._bound.is_set():
+                self._callbacks.append(fn)
+                return
+        if self._future is None:
+            fn()
+        else:
+            self._future.add_done_callback(lambda _f: fn())
+
+    def result(self, timeout=None):
+        """The value; raises the error, or GetTimeoutError after `timeout` seconds."""
+        if not self.wait(timeout):
+            raise rex.GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} s")
+        if self._future is not None:
+            with self._lock:
+                if self._state is None:
+                    try:
+                        raw = self._future.result(0)
+                        self._state, self._value = "value", self._decode(raw)
+                    except troupe.TroupeError as e:
+                        self._state, self._value = "error", self._error_of(e)
+                    except Exception as e:  # noqa: BLE001 - decode() raised the task's error
+                        self._state, self._value = "error", e
+        if self._state == "error":
+            raise self._value
+        return self._value
+
+
+_ALWAYS = threading.Event()  # the binding event of cells bound when made
+_ALWAYS.set()
+
+
+def decode_result(raw):
+    """The value of a host's result tuple (troupe.ray._host); raises the task's error."""
+    if raw[0] == "ok":
+        return raw[1]
+    if raw[0] == "okp":
+        return _serial.loads(raw[1], raw[2])
+    _, pickled, type_name, message, tb, pid, ip = raw
+    cause = None
+    if pickled is not None:
+        try:
+            import pickle
+
+            cause = pickle.loads(pickled)
+        except Exception:  # noqa: BLE001
+            cause = None
+    if cause is None:
+        cause = rex.RaySystemError(f"{type_name}: {message}")
+    if isinstance(cause, rex.RayTaskError):  # raised by a nested ray.get: keep it
+        raise cause
+    err = rex.RayTaskError(type_name.rsplit(".", 1)[-1], tb, cause, pid=pid, ip=ip)
+    raise err.as_instanceof_cause() from None
+
+
+class ObjectRef:
+    """A reference to a value that a task or actor call will produce (or ray.put stored).
+    ``ray.get(ref)`` returns the value; a ref can be passed as an argument (resolved before the
+    call when passed at the top level) and awaited from asyncio. Picklable: inside a worker it
+    refers to the driver's object."""
+
+    __slots__ = ("_id", "_cell", "_index", "__weakref__")
+
+    def __init__(self, ref_id, cell=None, index=None):
+        self._id = ref_id
+        self._cell = cell
+        self._index = index
+
+    def hex(self):
+        return self._id
+
+    def binary(self):
+        return bytes.fromhex(self._id)
+
+    def __repr__(self):
+        return f"ObjectRef({self._id})"
+
+    def __hash__(self):
+        return hash((self._id, self._index))
+
+    def __eq__(self, other):
+        return isinstance(other, ObjectRef) and (self._id, self._index) == (other._id,
+                                                                               other._index)
+
+    def _done(self):
+        return self._cell.done()
+
+    def _result(self, timeout=None):
+        value = self._cell.result(timeout)
+        if self._index is None:
+            return value
+        if not isinstance(value, (list, tuple)) or len(value) <= self._index:
+            raise rex.RayTaskError("num_returns", "", ValueError(
+                f"the task was declared with more return values than it returned ({value!r})"))
+        return value[self._index]
+
+    def future(self):
+        """A concurrent.futures.Future of the value."""
+        import concurrent.futures
+
+        out = concurrent.futures.Future()
+
+        def done():
+            try:
+                out.set_result(self._result(0))
+            except BaseException as e:  # noqa: BLE001
+                out.set_exception(e)
+
+        self._cell.add_done_callback(done)
+        return out
+
+    def __await__(self):
+        import asyncio
+
+        return asyncio.wrap_future(self.future()).__await__()
+
+    def __reduce__(self):
+        from troupe.ray import _runtime
+
+        return (_runtime.restore_ref, (_runtime.export_ref(self),))
+
+
+class ObjectRefGenerator:
+    """The refs of a ``num_returns="streaming"`` call, in the order the generator yields them:
+    iterate it (each ``next`` blocks until the next item exists) and ray.get each ref."""
+
+    def __init__(self, stream, error_of):
+        self._stream = stream
+        self._error_of = error_of
+        self._ended = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._next(None)
+
+    def _next(self, timeout):
+        if self._ended:
+            raise StopIteration
+        try:
+            raw = self._stream.next(timeout)
+        except StopIteration:
+            self._ended = True
+            raise
+        except troupe.TimeoutError:
+            raise rex.GetTimeoutError(f"no item within {timeout} s") from None
+        except troupe.TroupeError as e:
+            self._ended = True
+            cell = _Cell()
+            cell.set_error(self._error_of(e))
+            return ObjectRef(new_id(), cell)
+        cell = _Cell()
+        try:
+            cell.set_value(decode_result(raw))
+        except Exception as e:  # noqa: BLE001 - the generator raised: the last ref raises it
+            self._ended = True
+            cell.set_error(e)
+        return ObjectRef(new_id(), cell)
+
+    def __reduce__(self):
+        raise rex.NotSupportedError(
+            "passing an ObjectRefGenerator to another task or actor is not supported by "
+            "troupe.ray: iterate it where it was made and pass the ObjectRefs")

@@ -1,0 +1,1 @@
+"""The parts of ``ray._private`` that frameworks import."""

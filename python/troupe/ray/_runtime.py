@@ -1,0 +1,373 @@
+"""The driver's runtime behind troupe.ray: a troupe.Cluster, the resource ledger, actors, tasks
+and placement groups, and the control socket that workers use for nested API calls.
+
+Threads: API calls come from any thread and take `lock` briefly; scheduling, restarts and queued
+calls run on one dispatcher thread (post()); troupe's I/O threads only post() from callbacks.
+"""
+
+import os
+import queue
+import sys
+import threading
+import warnings
+
+from troupe.ray import _actors, _objects, _resources, _serial, _tasks
+from troupe.ray import exceptions as rex
+
+_HOST = "troupe.ray._host"
+_driver = None  # the DriverRuntime of this process, once ray.init ran
+_driver_lock = threading.Lock()
+
+
+def current():
+    return _driver
+
+
+def set_current(runtime):
+    global _driver
+    _driver = runtime
+
+
+def export_ref(ref):
+    """Makes `ref` reachable by id from workers (the driver keeps it until shutdown)."""
+    if ref._cell is not None and _driver is not None:
+        _driver.exported[(ref._id, ref._index)] = ref
+    return (ref._id, ref._index)
+
+
+def restore_ref(key):
+    if _driver is not None and key in _driver.exported:
+        return _driver.exported[key]
+    return _objects.ObjectRef(key[0], None, key[1])
+
+
+class PlacementGroupState:
+    def __init__(self, pg_id, requests, strategy, name):
+        self.pg_id = pg_id
+        self.requests = requests
+        self.strategy = strategy
+        self.name = name
+        self.bundles = None  # [Bundle] once placed
+        self.ready_cell = _objects._Cell()
+        self.removed = False
+
+
+class DriverRuntime:
+    def __init__(self, cluster, owned, namespace, runtime_env, install_as_ray, custom_resources):
+        self.cluster = cluster
+        self.owned = owned
+        self.namespace = namespace
+        self.job_id = os.urandom(4).hex()
+        self.job_env = dict((runtime_env or {}).get("env_vars") or {})
+        self.install_as_ray = install_as_ray
+        self.lock = threading.RLock()
+        self.nodes = [_resources.Node(h["index"], h["name"], h["address"], h["num_cpus"],
+                                      h["gpu_ids"], custom_resources if h["index"] == 0 else None)
+                      for h in cluster.hosts()]
+        self.exported = {}
+        self.actors = {}
+        self.named = {}
+        self.pgs = {}
+        self.pending = []
+        self.spread_next = 0
+        self.tasks = _tasks.TaskPool(self)
+        self._jobs = queue.Queue()
+        self._closed = False
+        self._dispatcher = threading.Thread(target=self._dispatch_loop, name="troupe-ray",
+                                            daemon=True)
+        self._dispatcher.start()
+        from troupe.ray import _proxy
+
+        self.server = _proxy.Server(self, os.path.join(cluster.session_dir, "ray-driver.sock"))
+
+    # -- the dispatcher thread -----------------------------------------------------------
+    def post(self, fn):
+        self._jobs.put(fn)
+
+    def _dispatch_loop(self):
+        while True:
+            fn = self._jobs.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - a bug must not stop the dispatcher
+                print(f"troupe.ray: internal error on the dispatcher: {e!r}", file=sys.stderr)
+
+    def schedule(self):
+        """Places what waits for resources, oldest first, whatever fits now."""
+        with self.lock:
+            for item in list(self.pending):
+                try:
+                    placed = item.try_place(self) if hasattr(item, "try_place") else \
+                        self._try_place_pg(item)
+                except Exception as e:  # noqa: BLE001 - e.g. a removed placement group
+                    placed = True
+                    item.fail(e) if hasattr(item, "fail") else None
+                if placed:
+                    self.pending.remove(item)
+
+    # -- resources -----------------------------------------------------------------------
+    def context_for(self, node, gpus, extra):
+        ctx = {"node_id": node.node_id, "node_ip": node.address, "job_id": self.job_id,
+               "namespace": self.namespace, "gpu_ids": list(gpus),
+               "driver_socket": self.server.path, "install_as_ray": self.install_as_ray}
+        ctx.update(extra)
+        return ctx
+
+    def allocate(self, request, strategy):
+        """(pool, node, gpus, bundle) for `request` under `strategy`, or None when it does not
+        fit now. Raises PlacementGroupSchedulingError for a bad bundle index or a removed
+        group."""
+        from troupe.ray.util.scheduling_strategies import (
+            NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy)
+
+        if isinstance(strategy, PlacementGroupSchedulingStrategy):
+            pg = self.pgs.get(strategy.placement_group.id)
+            if pg is None or pg.removed:
+                raise rex.PlacementGroupSchedulingError(
+                    f"placement group {strategy.placement_group.id} was removed")
+            if pg.bundles is None:
+                return None
+            idx = strategy.placement_group_bundle_index
+            if idx is None or idx < 0:
+                candidates = pg.bundles
+            elif idx >= len(pg.bundles):
+                raise rex.PlacementGroupSchedulingError(
+                    f"placement_group_bundle_index {idx} is out of range: the group has "
+                    f"{len(pg.bundles)} bundles")
+            else:
+                candidates = [pg.bundles[idx]]
+            for b in candidates:
+                gpus = b.pool.take(request)
+                if gpus is not None:
+                    return (b.pool, b.node, gpus, b)
+            return None
+        live = [n for n in self.nodes if n.alive]
+        if isinstance(strategy, NodeAffinitySchedulingStrategy):
+            target = [n for n in live if n.node_id == strategy.node_id]
+            if not target and not strategy.soft:
+                raise rex.RayError(f"NodeAffinitySchedulingStrategy: node {strategy.node_id} "
+                                   "is not alive")
+            order = target + ([n for n in live if n not in target] if strategy.soft else [])
+        elif strategy == "SPREAD":
+            k = self.spread_next % max(1, len(live))
+            order = live[k:] + live[:k]
+            self.spread_next += 1
+        else:
+            order = live
+        for n in order:
+            gpus = n.pool.take(request)
+            if gpus is not None:
+                return (n.pool, n, gpus, None)
+        if not _resources.feasible_somewhere(live, request):
+            warnings.warn(f"troupe.ray: no node can ever hold {request}; it waits until one "
+                          "joins", stacklevel=2)
+        return None
+
+    # -- placement groups ----------------------------------------------------------------
+    def create_pg(self, requests, strategy, name):
+        pg = PlacementGroupState(_objects.new_id()[-18:], requests, strategy, name)
+        with self.lock:
+            self.pgs[pg.pg_id] = pg
+            if not self._try_place_pg(pg):
+                self.pending.append(pg)
+        return pg
+
+    def _try_place_pg(self, pg):
+        if pg.removed:
+            return True
+        where = _resources.place_bundles(self.nodes, pg.requests, pg.strategy)
+        if where is None:
+            return False
+        pg.bundles = []
+        for i, (r, ni) in enumerate(zip(pg.requests, where)):
+            node = self.nodes[ni]
+            gpus = node.pool.take(r)
+            pg.bundles.append(_resources.Bundle(i, r, node, gpus))
+        pg.ready_cell.set_value(True)
+        return True
+
+    def remove_pg(self, pg_id):
+        with self.lock:
+            pg = self.pgs.get(pg_id)
+            if pg is None or pg.removed:
+                return
+            pg.removed = True
+            if pg in self.pending:
+                self.pending.remove(pg)
+            for a in list(self.actors.values()):
+                if a.allocation and a.allocation[3] is not None and \
+                        a.allocation[3] in (pg.bundles or []):
+                    self.kill(a.actor_id, True)
+            for b in pg.bundles or []:
+                b.node.pool.give(b.request, b.gpus)
+            pg.ready_cell.set_error(rex.PlacementGroupSchedulingError(
+                f"placement group {pg_id} was removed"))
+        self.post(self.schedule)
+
+    # -- actors --------------------------------------------------------------------------
+    def create_actor(self, spec, cls_name, methods, options, args, kwargs):
+        name, ns = options.get("name"), options.get("namespace") or self.namespace
+        options = dict(options, namespace=ns)
+        with self.lock:
+            if name and (ns, name) in self.named:
+                existing = self.actors[self.named[(ns, name)]]
+                if options.get("get_if_exists"):
+                    return existing
+                raise ValueError(f"The name {name} (namespace={ns}) is already taken by actor "
+                                 f"{existing.actor_id}")
+            actor = _actors.ActorState(self, _objects.new_id()[-24:], spec, cls_name, methods,
+                                       options, args, kwargs)
+            self.actors[actor.actor_id] = actor
+            if name:
+                self.named[(ns, name)] = actor.actor_id
+            self.pending.append(_ActorStart(actor))
+        self.post(self.schedule)
+        return actor
+
+    def get_actor(self, name, namespace):
+        ns = namespace or self.namespace
+        with self.lock:
+            actor_id = self.named.get((ns, name))
+            if actor_id is None or self.actors[actor_id].dead is not None:
+                raise ValueError(f"Failed to look up actor with name '{name}' in namespace "
+                                 f"'{ns}'")
+            return self.actors[actor_id]
+
+    def start_actor(self, actor, allocation):
+        pool, node, gpus, bundle = allocation
+        actor.allocation = allocation
+        actor.node = node
+        opts = actor.options
+        env = dict(self.job_env)
+        env.update((opts.get("runtime_env") or {}).get("env_vars") or {})
+        from troupe.ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        strategy = opts.get("scheduling_strategy")
+        extra = {"actor_id": actor.actor_id, "is_async": actor.is_async,
+                 "max_concurrency": opts.get("max_concurrency") or (1000 if actor.is_async else 1)}
+        if isinstance(strategy, PlacementGroupSchedulingStrategy):
+            extra.update(placement_group=strategy.placement_group.id,
+                         bundle_index=bundle.index if bundle else -1,
+                         capture_child_tasks=bool(strategy.placement_group_capture_child_tasks))
+        payload, buffers = _serial.dumps((actor.args, actor.kwargs))
+        actor.incarnation += 1
+        base = f"{actor.name or actor.cls_name.rsplit('.', 1)[-1]}-{actor.actor_id[-6:]}"
+        name = base if actor.incarnation == 1 else f"{base}-r{actor.incarnation - 1}"
+        cls = host_class("ActorHost", (opts.get("runtime_env") or {}).get("py_executable"))
+        worker = self.cluster.start_worker(
+            cls, actor.spec, payload, buffers, self.context_for(node, gpus, extra),
+            host=node.index, name=f"ray-{name}", env=env, gpus=gpus)
+        actor.started(worker)
+        worker.died().add_done_callback(
+            lambda f: self.post(lambda: self._actor_died(actor, worker, f)))
+
+    def _actor_died(self, actor, worker, died_future):
+        with self.lock:
+            if actor.worker is not worker and actor.dead is None and actor.worker is not None:
+                return  # an earlier incarnation
+            if actor.allocation is not None:
+                pool, _, gpus, _ = actor.allocation
+                pool.give(_request_of(actor.options, actor=True), gpus)
+                actor.allocation = None
+            try:
+                how = died_future.result(0)
+            except Exception as e:  # noqa: BLE001
+                how = str(e)
+            if actor.restarts_left != 0 and not actor.no_restart and not self._closed:
+                actor.restarts_left -= 1
+                with actor.lock:
+                    actor.worker = None
+                self.pending.append(_ActorStart(actor))
+            else:
+                actor.mark_dead(rex.ActorDiedError(
+                    actor.actor_id, f"The actor {actor.cls_name} ({actor.actor_id}) died: {how}"))
+                if actor.name:
+                    self.named.pop((actor.namespace, actor.name), None)
+        self.schedule()
+
+    def kill(self, actor_id, no_restart=True):
+        actor = self.actors.get(actor_id)
+        if actor is None:
+            raise ValueError(f"ray.kill: no actor {actor_id}")
+        actor.no_restart = actor.no_restart or no_restart
+        worker = actor.worker
+        if worker is None:
+            if no_restart:
+                actor.mark_dead(rex.ActorDiedError(actor_id, "The actor was killed by ray.kill"))
+                with self.lock:
+                    self.pending = [p for p in self.pending if getattr(p, "actor", None) is not actor]
+                    if actor.name:
+                        self.named.pop((actor.namespace, actor.name), None)
+            return
+        worker.stop(0.0)
+
+    # -- tasks ---------------------------------------------------------------------------
+    def submit_task(self, spec, fn_name, options, args, kwargs):
+        return self.tasks.submit(spec, fn_name, options, args, kwargs)
+
+    # -- shutdown ------------------------------------------------------------------------
+    def shutdown(self):
+        self._closed = True
+        self.server.close()
+        self._jobs.put(None)
+        if self.owned:
+            self.cluster.shutdown()
+        else:
+            for a in list(self.actors.values()):
+                w = a.worker
+                if w is not None:
+                    w.stop(1.0)
+            self.tasks.stop_all()
+
+
+class _ActorStart:
+    """A pending actor creation."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def try_place(self, runtime):
+        if self.actor.dead is not None:
+            return True
+        alloc = runtime.allocate(_request_of(self.actor.options, actor=True),
+                                 self.actor.options.get("scheduling_strategy"))
+        if alloc is None:
+            return False
+        runtime.start_actor(self.actor, alloc)
+        return True
+
+    def fail(self, error):
+        self.actor.mark_dead(rex.ActorDiedError(self.actor.actor_id, f"could not be scheduled: "
+                                                f"{error}"))
+
+
+def _request_of(options, actor):
+    cpus = options.get("num_cpus")
+    out = {"CPU": float(cpus if cpus is not None else (0 if actor else 1)),
+           "GPU": float(options.get("num_gpus") or 0)}
+    for k, v in (options.get("resources") or {}).items():
+        out[k] = float(v)
+    return out
+
+
+request_of = _request_of
+
+
+def host_class(kind, py_executable):
+    """The troupe class name of a host kind (ActorHost, TaskHost); with a py_executable, an
+    alias of it mapped to that interpreter (troupe.set_python_executable)."""
+    name = f"{_HOST}.{kind}"
+    if not py_executable or py_executable == sys.executable:
+        return name
+    import hashlib
+
+    import troupe
+
+    if not os.path.exists(py_executable):
+        raise rex.RuntimeEnvSetupError(f"runtime_env py_executable {py_executable!r} does not "
+                                       "exist")
+    alias = f"{name}__py_{hashlib.sha1(py_executable.encode()).hexdigest()[:12]}"
+    troupe.set_python_executable(alias, py_executable)
+    return alias

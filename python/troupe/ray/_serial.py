@@ -1,0 +1,38 @@
+"""How troupe.ray moves Python values: pickle protocol 5 with out-of-band buffers (a NumPy array
+or bytes-like travels as a raw troupe attachment, through the host's object store when large,
+not copied into the pickle), cloudpickle for what plain pickle cannot do (lambdas, classes and
+functions of __main__)."""
+
+import pickle
+
+try:
+    import cloudpickle
+except ImportError:  # pragma: no cover - Debian's python3-cloudpickle is optional
+    cloudpickle = None
+
+
+def dumps(value):
+    """(payload bytes, [buffers]) for `value`."""
+    buffers = []
+    try:
+        payload = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    except (pickle.PicklingError, AttributeError, TypeError) as plain_error:
+        if cloudpickle is None:
+            raise TypeError(f"troupe.ray cannot pickle {type(value).__name__}: {plain_error} "
+                            "(install cloudpickle for lambdas and __main__ definitions)") from None
+        buffers = []
+        payload = cloudpickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    return payload, [b.raw() for b in buffers]
+
+
+def loads(payload, buffers):
+    """The value dumps() encoded."""
+    return pickle.loads(payload, buffers=list(buffers or ()))
+
+
+def dumps_by_value(obj):
+    """A function or class pickled by value (for definitions in __main__)."""
+    if cloudpickle is None:
+        raise TypeError(f"{getattr(obj, '__qualname__', obj)} is defined in __main__: define it "
+                        "in an importable module (or install cloudpickle)")
+    return cloudpickle.dumps(obj)

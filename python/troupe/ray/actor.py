@@ -1,0 +1,170 @@
+"""Ray actors on troupe: ActorClass (a class under @ray.remote), ActorHandle and ActorMethod."""
+
+import inspect
+
+from troupe.ray import _options
+
+
+def definition_spec(obj):
+    """How a worker finds `obj` (a function or class): by module and qualified name, or pickled
+    by value when it lives in __main__ or in a function body."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", "")
+    if module in (None, "__main__") or "<locals>" in qualname:
+        from troupe.ray import _serial
+
+        return ("value", _serial.dumps_by_value(obj))
+    return ("ref", module, qualname)
+
+
+def method_table(cls):
+    """name -> (is_generator, is_async, num_returns from @ray.method) of the public methods of `cls` (Ray lets a driver call
+    any method not starting with "__")."""
+    out = {}
+    for name in dir(cls):
+        if name.startswith("__"):
+            continue
+        attr = inspect.getattr_static(cls, name)
+        if isinstance(attr, (property, classmethod)):
+            continue
+        fn = getattr(cls, name)
+        if not callable(fn):
+            continue
+        out[name] = (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn),
+                     inspect.iscoroutinefunction(fn), getattr(fn, "__ray_num_returns__", None))
+    return out
+
+
+class ActorClass:
+    """A class decorated with @ray.remote: ``.remote(*args, **kwargs)`` creates an actor and
+    returns its ActorHandle; ``.options(**opts)`` overrides the decorator's options."""
+
+    def __init__(self, cls, options):
+        _options.check(options, _options.ACTOR, f"@ray.remote class {cls.__qualname__}")
+        self._troupe_ray_target = cls
+        self._default_options = dict(options)
+        self.__name__ = cls.__name__
+        self.__qualname__ = cls.__qualname__
+        self.__module__ = cls.__module__
+        self.__doc__ = cls.__doc__
+        self._methods = None
+
+    def __getattr__(self, name):
+        # Class attributes (configure_worker, constants) read through the decorated class, as
+        # Ray's ActorClass derives from the user's class.
+        if name.startswith("__") or name == "_troupe_ray_target":
+            raise AttributeError(name)
+        return getattr(self.__dict__["_troupe_ray_target"], name)
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"Actors cannot be instantiated directly. Instead of "
+                        f"'{self.__name__}()', use '{self.__name__}.remote()'.")
+
+    def options(self, **options):
+        merged = _options.merged(self._default_options, options)
+        _options.check(merged, _options.ACTOR, f"{self.__name__}.options")
+        outer = self
+
+        class _Bound:
+            def remote(self, *args, **kwargs):
+                return outer._create(merged, args, kwargs)
+
+            def bind(self, *args, **kwargs):
+                return outer.bind(*args, **kwargs)
+
+        return _Bound()
+
+    def remote(self, *args, **kwargs):
+        return self._create(self._default_options, args, kwargs)
+
+    def bind(self, *args, **kwargs):
+        from troupe.ray.exceptions import NotSupportedError
+
+        raise NotSupportedError("Ray DAGs (.bind) are not supported by troupe.ray: call "
+                                ".remote() and pass the ObjectRefs")
+
+    def _create(self, options, args, kwargs):
+        from troupe.ray import _api
+
+        cls = self._troupe_ray_target
+        if self._methods is None:
+            self._methods = method_table(cls)
+        options = dict(options)
+        if options.get("concurrency_groups"):
+            options["max_concurrency"] = _options.concurrency_of(options)
+        return _api.api().create_actor(definition_spec(cls), f"{cls.__module__}.{cls.__qualname__}",
+                                       self._methods, options, tuple(args), dict(kwargs))
+
+
+class ActorMethod:
+    """``handle.method``: ``.remote(*args, **kwargs)`` calls it and returns an ObjectRef (a list
+    of them with num_returns > 1, an ObjectRefGenerator with num_returns="streaming")."""
+
+    def __init__(self, handle, name, num_returns=None):
+        self._handle = handle
+        self._name = name
+        self._num_returns = num_returns
+
+    def remote(self, *args, **kwargs):
+        from troupe.ray import _api
+
+        return _api.api().call_actor(self._handle._actor_id, self._name, tuple(args),
+                                     dict(kwargs), self._num_returns)
+
+    def options(self, **options):
+        _options.check(options, _options.METHOD, f"{self._name}.options")
+        if options.get("concurrency_group") is not None:
+            pass  # every method of a threaded actor runs on its shared pool (see README)
+        return ActorMethod(self._handle, self._name, options.get("num_returns",
+                                                                 self._num_returns))
+
+    def __call__(self, *args, **kwargs):
+        raise TypeError(f"Actor methods cannot be called directly. Instead of running "
+                        f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
+
+
+class ActorHandle:
+    """A handle to an actor: ``handle.method.remote(...)``. Picklable: it can be passed to and
+    returned from tasks and other actors."""
+
+    def __init__(self, actor_id, methods, cls_name):
+        self._actor_id = actor_id
+        self._methods = dict(methods)
+        self._cls_name = cls_name
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name not in self.__dict__.get("_methods", {}):
+            if name.startswith("_"):
+                raise AttributeError(name)
+            raise AttributeError(f"'{self._cls_name}' actor has no method '{name}'")
+        return ActorMethod(self, name, self._methods[name][2])
+
+    def _actor_id_hex(self):
+        return self._actor_id
+
+    def __repr__(self):
+        return f"Actor({self._cls_name.rsplit('.', 1)[-1]}, {self._actor_id})"
+
+    def __eq__(self, other):
+        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
+
+    def __hash__(self):
+        return hash(self._actor_id)
+
+    def __reduce__(self):
+        return (ActorHandle, (self._actor_id, self._methods, self._cls_name))
+
+
+def method(num_returns=None, concurrency_group=None, **unsupported):
+    """@ray.method(num_returns=N): the default num_returns of an actor method."""
+    if unsupported:
+        from troupe.ray.exceptions import NotSupportedError
+
+        raise NotSupportedError(f"@ray.method options {sorted(unsupported)} are not supported "
+                                "by troupe.ray (num_returns and concurrency_group are)")
+
+    def mark(fn):
+        fn.__ray_num_returns__ = num_returns
+        return fn
+
+    return mark

@@ -1,0 +1,29 @@
+"""``ray.util`` on troupe: placement groups, scheduling strategies, get_node_ip_address."""
+
+from troupe.ray.util.placement_group import (PlacementGroup, get_current_placement_group,
+                                             placement_group, placement_group_table,
+                                             remove_placement_group)
+from troupe.ray.util import scheduling_strategies
+
+
+def get_node_ip_address():
+    """The address of the host this code runs on (127.0.0.x for a simulated host)."""
+    from troupe.ray import _context, _runtime
+
+    if not _context.in_worker() and _runtime.current() is not None:
+        return _runtime.current().nodes[0].address
+    return _context.node_ip()
+
+
+def __getattr__(name):
+    if name in ("collective", "ActorPool", "queue", "multiprocessing", "dask", "joblib"):
+        from troupe.ray.exceptions import NotSupportedError
+
+        raise NotSupportedError(f"ray.util.{name} is not supported by troupe.ray (for "
+                                "collectives use torch.distributed in the workers)")
+    raise AttributeError(f"module 'ray.util' has no attribute {name!r}")
+
+
+__all__ = ["PlacementGroup", "placement_group", "placement_group_table",
+           "remove_placement_group", "get_current_placement_group", "get_node_ip_address",
+           "scheduling_strategies"]

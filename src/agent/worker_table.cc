@@ -1,0 +1,268 @@
+#include "agent/worker_table.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <asio/steady_timer.hpp>
+
+#include "agent/port_book.h"
+#include "common/env.h"
+#include "common/launch_env.h"
+#include "common/private_dir.h"
+#include "common/proc_stats.h"
+
+namespace troupe::agent {
+namespace {
+
+std::string unix_path(const std::string& endpoint) {
+  return endpoint.rfind("unix:", 0) == 0 ? endpoint.substr(5) : std::string();
+}
+
+control::WorkerExited exited_event(const std::string& name, pid_t pid, const process::ExitStatus& s,
+                                   const std::vector<std::string>& tail) {
+  control::WorkerExited e;
+  e.name = name;
+  e.pid = pid;
+  e.status = s.describe();
+  if (s.exited) e.exit_code = s.code;
+  if (s.signal) e.signal = s.signal;
+  e.stderr_tail = tail;
+  return e;
+}
+
+std::string env_of(const WorkerLaunch& launch, const std::string& key) {
+  for (const auto& kv : launch.env)
+    if (kv.size() > key.size() && kv.compare(0, key.size(), key) == 0 && kv[key.size()] == '=')
+      return kv.substr(key.size() + 1);
+  return std::string();
+}
+
+}  // namespace
+
+WorkerTable::WorkerTable(asio::io_context& io, WorkerHost host, PortBook& ports,
+                         Containment& containment, ForkServerFor fork_server_for,
+                         ExitHandler on_exited)
+    : io_(io),
+      host_(std::move(host)),
+      ports_(ports),
+      containment_(containment),
+      fork_server_for_(std::move(fork_server_for)),
+      on_exited_(std::move(on_exited)) {}
+
+std::vector<int> WorkerTable::choose_gpus(const control::StartWorker& request) const {
+  std::vector<int> gpus = request.gpus;
+  for (int g : gpus) {
+    bool declared = false;
+    for (int d : host_.gpu_ids) declared = declared || d == g;
+    if (!declared)
+      throw Error(ErrorCode::kResourceUnavailable,
+                  "GPU " + std::to_string(g) + " is not one of the " +
+                      std::to_string(host_.gpu_ids.size()) + " GPUs of " + host_.host_name);
+  }
+  int64_t want = request.num_gpus;
+  if (want > 0 && gpus.empty()) {
+    std::map<int, int> users;
+    for (int d : host_.gpu_ids) users[d] = 0;
+    for (const auto& [name, w] : workers_)
+      if (!w.process->exited())
+        for (int g : w.gpus) users[g]++;
+    for (int d : host_.gpu_ids)
+      if (users[d] == 0 && static_cast<int64_t>(gpus.size()) < want) gpus.push_back(d);
+    if (static_cast<int64_t>(gpus.size()) < want)
+      throw Error(ErrorCode::kResourceUnavailable,
+                  "asked for " + std::to_string(want) + " GPUs on " + host_.host_name +
+                      ", which has " + std::to_string(host_.gpu_ids.size()) + " (" +
+                      std::to_string(gpus.size()) + " free)");
+  }
+  return gpus;
+}
+
+WorkerLaunch WorkerTable::make_launch(const control::StartWorker& request,
+                                      const std::vector<int>& gpus, const std::string& unix_ep,
+                                      const std::string& container, LineHandler on_line) const {
+  WorkerLaunch launch;
+  launch.name = request.name;
+  launch.executable = request.executable.empty() ? env::self_executable() : request.executable;
+  launch.args = request.args;
+  launch.wrapper = request.wrapper;
+  launch.log_dir_fd = host_.logs_dir_fd;
+  launch.log_name = request.name + ".log";
+  launch.log_path = host_.session_dir + "/logs/" + launch.log_name;
+  launch.log_to_terminal = host_.log_to_terminal && request.log_to_terminal;
+  launch.on_line = std::move(on_line);
+  // The driver sends the whole environment (its own, taken when the worker or its group was
+  // created): this host's agent environment is not the user's.
+  auto vars = request.env;
+  std::string cuda;
+  for (int g : gpus) cuda += (cuda.empty() ? "" : ",") + std::to_string(g);
+  vars[worker_env::kCudaVisibleDevices] = cuda;
+  vars[worker_env::kRole] = "worker";
+  vars[worker_env::kName] = request.name;
+  vars[worker_env::kHostName] = host_.host_name;
+  vars[worker_env::kStoreOwner] = std::to_string(::getpid());
+  vars[worker_env::kUnixEndpoint] = unix_ep;
+  vars[worker_env::kTcpHost] = host_.address;
+  vars[worker_env::kContainer] = container;
+  vars.erase(launch_env::kToken);  // the token goes through a pipe (WorkerLaunch::token)
+  launch.token = host_.token;
+  launch.env = env::to_strings(vars);
+  if (launch.wrapper.empty() && launch.args.empty() && fork_server_for_)
+    launch.fork_server = fork_server_for_(launch.executable);
+  return launch;
+}
+
+void WorkerTable::start(const control::StartWorker& request, const void* owner, LineHandler on_line,
+                        StartHandler done) {
+  const std::string& name = request.name;
+  if (name.empty()) throw Error(ErrorCode::kInvalidArgument, "a worker needs a name");
+  if (!fs::valid_component(name))
+    throw Error(ErrorCode::kInvalidArgument, "bad worker name '" + name +
+                                                 "': it names the log file, so it must not be "
+                                                 "'.', '..' or hold '/' or control characters");
+  if (workers_.count(name))
+    throw Error(ErrorCode::kInvalidArgument, "a worker named '" + name + "' is running");
+  std::vector<int> gpus = choose_gpus(request);
+  std::string unix_ep = "unix:" + host_.socket_dir + "/" + host_.host_name + "-w" +
+                        std::to_string(next_socket_++) + ".sock";
+  Container container = containment_.open();
+  WorkerLaunch launch = make_launch(request, gpus, unix_ep, container.id, std::move(on_line));
+  launch.cgroup_procs_fd = container.procs.get();
+  const std::string log_path = launch.log_path;
+
+  auto proc = std::make_shared<WorkerProcess>(io_, std::move(launch));
+  auto timeout = std::chrono::milliseconds(request.start_timeout_ms);
+  auto timer = std::make_shared<asio::steady_timer>(io_, timeout);
+  auto answer = std::make_shared<StartHandler>(std::move(done));  // null once answered
+  // The handlers live in the WorkerProcess: they hold it weakly, never in a cycle.
+  std::weak_ptr<WorkerProcess> weak = proc;
+  auto on_ready = [weak, unix_ep, gpus, timer, answer, log_path](std::optional<std::string> line) {
+    auto proc = weak.lock();
+    if (!*answer || !proc) return;
+    if (!line || line->rfind("ready", 0) != 0) return;  // the exit handler reports the failure
+    timer->cancel();
+    std::string tcp = line->size() > 6 ? line->substr(6) : "";
+    control::StartWorkerReply reply{proc->pid(), 0, unix_ep, tcp, gpus, log_path};
+    reply.start_time = static_cast<int64_t>(proc->start_time());
+    auto handler = std::move(*answer);
+    *answer = nullptr;
+    handler(&reply, nullptr);
+  };
+  auto on_exit = [this, weak, name, timer, answer](const process::ExitStatus& s) {
+    auto proc = weak.lock();
+    timer->cancel();
+    if (!proc) return;
+    if (*answer) {
+      std::string tail;
+      for (const auto& l : proc->stderr_tail()) tail += "\n  " + l;
+      Error e(ErrorCode::kWorkerDied, "worker '" + name + "' on " + host_.host_name + " (pid " +
+                                          std::to_string(proc->pid()) +
+                                          ") exited before it was ready: " + s.describe() +
+                                          (tail.empty() ? "" : "; last stderr lines:" + tail));
+      auto handler = std::move(*answer);
+      *answer = nullptr;
+      handler(nullptr, &e);
+    }
+    exited(name, proc, s);
+  };
+  try {
+    proc->start(on_ready, on_exit);  // throws kExecutableNotFound
+  } catch (...) {
+    containment_.end(container.id);  // empty: nothing joined it
+    throw;                           // WT-1: the ports stay guarded
+  }
+  container.procs.reset();
+  ports_.take(request.take_ports);  // WT-1: the worker exists now; it may bind them
+  workers_[name] = Running{proc, gpus, {}, unix_path(unix_ep), container.id, owner};
+  timer->async_wait([this, answer, proc, name, timeout](const asio::error_code& ec) {
+    if (ec || !*answer) return;
+    Error e(ErrorCode::kTimeout, "worker '" + name + "' on " + host_.host_name +
+                                     " was not ready within " + std::to_string(timeout.count()) +
+                                     " ms; killed");
+    auto handler = std::move(*answer);
+    *answer = nullptr;
+    handler(nullptr, &e);
+    proc->kill_now();
+  });
+}
+
+void WorkerTable::stop(const std::string& name, std::chrono::milliseconds grace,
+                       std::function<void(const std::string& status)> done) {
+  auto it = workers_.find(name);
+  if (it == workers_.end()) {
+    for (auto e = exits_.rbegin(); e != exits_.rend(); ++e)
+      if (e->name == name) return done(e->status);
+    throw Error(ErrorCode::kInvalidArgument,
+                "no worker named '" + name + "' on " + host_.host_name);
+  }
+  it->second.stop_waiters.push_back(std::move(done));
+  it->second.process->stop(grace);
+}
+
+size_t WorkerTable::stop_all(const void* owner, std::chrono::milliseconds grace) {
+  size_t n = 0;
+  for (auto& [name, w] : workers_)
+    if ((!owner || w.owner == owner) && !w.process->exited()) {
+      w.process->stop(grace);
+      ++n;
+    }
+  return n;
+}
+
+bool WorkerTable::reap_if_worker(pid_t pid) {
+  std::shared_ptr<WorkerProcess> proc;
+  std::string container;
+  for (auto& [name, w] : workers_)
+    if (w.process->pid() == pid) {
+      proc = w.process;
+      container = w.container;
+    }
+  if (!proc) return false;
+  // While the worker is an unreaped zombie its pid, hence its group id, is still ours: children
+  // left in the group die with it; then everything in its container (CT-2).
+  process::kill_group(pid, SIGKILL);
+  containment_.end(container);
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return true;
+  proc->on_reaped(status);  // may erase it from workers_
+  return true;
+}
+
+void WorkerTable::exited(const std::string& name, const std::shared_ptr<WorkerProcess>& proc,
+                         const process::ExitStatus& s) {
+  on_exited_(exited_event(name, proc->pid(), s, proc->stderr_tail()));
+  auto it = workers_.find(name);
+  if (it == workers_.end() || it->second.process != proc) return;
+  auto waiters = std::move(it->second.stop_waiters);
+  // Forget it: the process object closes its log and pipes once their last reads ran. A worker
+  // killed with SIGKILL could not remove its socket.
+  ::unlink(it->second.socket_path.c_str());
+  workers_.erase(it);
+  exits_.push_back(Exit{name, proc->pid(), s.describe()});
+  if (exits_.size() > kExitsKept) exits_.pop_front();
+  for (const auto& waiter : waiters) waiter(s.describe());
+}
+
+Array WorkerTable::list() const {
+  Array out;
+  for (const auto& [name, w] : workers_)
+    out.push_back(Map{{"name", name},
+                      {"pid", static_cast<int64_t>(w.process->pid())},
+                      {"alive", !w.process->exited()},
+                      {"group", env_of(w.process->launch(), group_env::kGroup)},
+                      {"rank", env_of(w.process->launch(), group_env::kRank)},
+                      {"launch", w.process->from_fork_server() ? "fork_server" : "exec"}});
+  for (const auto& e : exits_)
+    out.push_back(Map{{"name", e.name}, {"pid", static_cast<int64_t>(e.pid)}, {"alive", false}});
+  return out;
+}
+
+std::map<std::string, int64_t> WorkerTable::memory() const {
+  std::vector<pid_t> pgids;
+  for (const auto& [name, w] : workers_) pgids.push_back(w.process->pid());
+  auto rss = proc::process_group_rss(pgids);
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, w] : workers_) out[name] = rss[w.process->pid()];
+  return out;
+}
+
+}  // namespace troupe::agent

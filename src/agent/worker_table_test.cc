@@ -1,0 +1,261 @@
+// The agent's worker table without an agent or a head (worker_table.h): real worker processes
+// (this binary, in a worker mode chosen by TROUPE_TABLE_TEST_WORKER), a real PortBook, a fake
+// containment. Invariants WT-1, WT-2 and CT-2 (containment.h).
+#include "agent/worker_table.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "agent/port_book.h"
+#include "common/env.h"
+
+namespace {
+
+// A socket bound to 0.0.0.0:port, or -1 with errno.
+int bind_port(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int e = errno;
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+// The worker side: "ready" (report ready, wait), "bind:PORT" (bind it, then report ready; exit 3
+// when it cannot), "die" (write a line to stderr, exit 7 before ready).
+[[maybe_unused]] const bool worker_mode = [] {
+  const char* mode = std::getenv("TROUPE_TABLE_TEST_WORKER");
+  if (!mode) return false;
+  std::string m = mode;
+  if (m == "die") {
+    std::fprintf(stderr, "table-test worker gives up\n");
+    std::fflush(stderr);
+    ::_exit(7);
+  }
+  if (m.rfind("bind:", 0) == 0 && bind_port(std::atoi(m.c_str() + 5)) < 0) ::_exit(3);
+  int ready = std::atoi(std::getenv("TROUPE_READY_FD"));
+  ssize_t unused = ::write(ready, "ready\n", 6);
+  (void)unused;
+  for (;;) ::pause();
+}();
+
+using namespace std::chrono_literals;
+using troupe::Error;
+using troupe::ErrorCode;
+using troupe::agent::Container;
+using troupe::agent::PortBook;
+using troupe::agent::WorkerHost;
+using troupe::agent::WorkerTable;
+namespace control = troupe::wire::control;
+
+class FakeContainment : public troupe::agent::Containment {
+ public:
+  const char* mode() const override { return "fake"; }
+  Container open() override {
+    Container c;
+    c.id = "c" + std::to_string(opened.size());
+    opened.push_back(c.id);
+    return c;
+  }
+  void end(const std::string& id) override { ended.push_back(id); }
+  void end_all() override {}
+  std::vector<std::string> opened, ended;
+};
+
+class WorkerTableTest : public testing::Test {
+ protected:
+  WorkerTableTest() : ports_("127.0.0.1") {
+    char tmpl[] = "/tmp/troupe-table-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    ::mkdir((dir_ + "/logs").c_str(), 0700);
+    logs_ = ::open((dir_ + "/logs").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    WorkerHost host;
+    host.host_name = "host-t";
+    host.address = "127.0.0.1";
+    host.session_dir = dir_;
+    host.socket_dir = dir_;
+    host.token = "t";
+    host.log_to_terminal = false;
+    host.gpu_ids = {0, 1, 2};
+    host.logs_dir_fd = logs_;
+    table_ = std::make_unique<WorkerTable>(
+        io_, host, ports_, containment_, nullptr,
+        [this](const control::WorkerExited& e) { exits_.push_back(e); });
+  }
+  ~WorkerTableTest() override {
+    table_->stop_all(nullptr, 0ms);
+    run_until([this] { return table_->empty(); });
+    table_.reset();
+    ::close(logs_);
+    std::system(("rm -rf " + dir_).c_str());
+  }
+
+  // Runs the I/O loop and reaps children (as the agent's SIGCHLD handler does) until `done`.
+  template <typename Pred>
+  bool run_until(Pred done, std::chrono::milliseconds limit = 10s) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      io_.restart();
+      io_.run_for(5ms);
+      siginfo_t info{};
+      while (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0) {
+        if (!table_->reap_if_worker(info.si_pid)) ::waitpid(info.si_pid, nullptr, 0);
+        info = {};
+      }
+    }
+    return true;
+  }
+
+  control::StartWorker request(const std::string& name, const std::string& mode) {
+    control::StartWorker r;
+    r.name = name;
+    r.executable = troupe::env::self_executable();
+    r.env = {{"TROUPE_TABLE_TEST_WORKER", mode}};
+    r.start_timeout_ms = 10000;
+    return r;
+  }
+
+  struct Outcome {
+    bool done = false;
+    std::optional<control::StartWorkerReply> reply;
+    std::optional<Error> error;
+  };
+  WorkerTable::StartHandler record(Outcome* out) {
+    return [out](const control::StartWorkerReply* r, const Error* e) {
+      out->done = true;
+      if (r) out->reply = *r;
+      if (e) out->error = *e;
+    };
+  }
+
+  asio::io_context io_;
+  std::string dir_;
+  int logs_ = -1;
+  PortBook ports_;
+  FakeContainment containment_;
+  std::vector<control::WorkerExited> exits_;
+  std::unique_ptr<WorkerTable> table_;
+};
+
+// WT-1: a start that fails (missing executable) leaves its ports bound by the agent.
+TEST_F(WorkerTableTest, FailedStartKeepsThePortsGuarded) {
+  std::vector<int> ports = ports_.reserve("vc", 1, 39200, 39400);
+  auto r = request("w0", "ready");
+  r.executable = dir_ + "/no-such-worker";
+  r.take_ports = ports;
+  Outcome out;
+  try {
+    table_->start(r, nullptr, nullptr, record(&out));
+    FAIL() << "a missing executable started";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kExecutableNotFound) << e.what();
+  }
+  EXPECT_EQ(bind_port(ports[0]), -1);
+  EXPECT_EQ(errno, EADDRINUSE) << "port " << ports[0] << " is no longer guarded";
+  EXPECT_EQ(ports_.reserved(), 1u);
+  EXPECT_TRUE(table_->empty());
+  // Its container was opened and ended (nothing ever joined it).
+  EXPECT_EQ(containment_.ended, containment_.opened);
+}
+
+// WT-1: once the worker exists, it can bind its port (it reports ready only when it could), and
+// holds it.
+TEST_F(WorkerTableTest, StartedWorkerHoldsItsPort) {
+  std::vector<int> ports = ports_.reserve("vc", 1, 39400, 39600);
+  auto r = request("w1", "bind:" + std::to_string(ports[0]));
+  r.take_ports = ports;
+  Outcome out;
+  table_->start(r, nullptr, nullptr, record(&out));
+  ASSERT_TRUE(run_until([&] { return out.done; }));
+  ASSERT_TRUE(out.reply) << (out.error ? out.error->message() : "");
+  EXPECT_EQ(bind_port(ports[0]), -1);
+  EXPECT_EQ(errno, EADDRINUSE);
+}
+
+// GPUs: declared ones only; num_gpus takes GPUs no running worker uses, lowest first.
+TEST_F(WorkerTableTest, ChoosesFreeDeclaredGpus) {
+  control::StartWorker r = request("g", "ready");
+  r.num_gpus = 2;
+  EXPECT_EQ(table_->choose_gpus(r), (std::vector<int>{0, 1}));
+  auto first = request("g0", "ready");
+  first.gpus = {0};
+  Outcome out;
+  table_->start(first, nullptr, nullptr, record(&out));
+  ASSERT_TRUE(run_until([&] { return out.done; }));
+  ASSERT_TRUE(out.reply);
+  EXPECT_EQ(out.reply->gpus, (std::vector<int>{0}));
+  EXPECT_EQ(table_->choose_gpus(r), (std::vector<int>{1, 2}));
+  r.num_gpus = 3;
+  try {
+    table_->choose_gpus(r);
+    ADD_FAILURE() << "3 GPUs granted with 2 free";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceUnavailable);
+    EXPECT_EQ(e.message(), "asked for 3 GPUs on host-t, which has 3 (2 free)");
+  }
+  r.num_gpus = 0;
+  r.gpus = {5};
+  try {
+    table_->choose_gpus(r);
+    ADD_FAILURE() << "an undeclared GPU granted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "GPU 5 is not one of the 3 GPUs of host-t");
+  }
+}
+
+// WT-2 and CT-2: a worker that dies before it is ready fails its start naming its stderr, is
+// reported once, its container is ended, and a later stop gets the status it exited with.
+TEST_F(WorkerTableTest, DeathBeforeReadyIsReportedOnceAndEndsItsContainer) {
+  Outcome out;
+  table_->start(request("w2", "die"), nullptr, nullptr, record(&out));
+  ASSERT_TRUE(run_until([&] { return out.done && table_->empty(); }));
+  ASSERT_TRUE(out.error);
+  EXPECT_EQ(out.error->code(), ErrorCode::kWorkerDied);
+  EXPECT_NE(out.error->message().find("exit code 7"), std::string::npos) << out.error->message();
+  EXPECT_NE(out.error->message().find("table-test worker gives up"), std::string::npos);
+  ASSERT_EQ(exits_.size(), 1u);
+  EXPECT_EQ(exits_[0].name, "w2");
+  EXPECT_EQ(exits_[0].exit_code, 7);
+  EXPECT_EQ(containment_.ended, (std::vector<std::string>{"c0"}));
+  std::string status;
+  table_->stop("w2", 0ms, [&](const std::string& s) { status = s; });
+  EXPECT_EQ(status, "exit code 7");
+}
+
+// WT-2: stop (SIGTERM to the group) replies with the status the worker ended with.
+TEST_F(WorkerTableTest, StopRepliesWithTheExitStatus) {
+  Outcome out;
+  table_->start(request("w3", "ready"), nullptr, nullptr, record(&out));
+  ASSERT_TRUE(run_until([&] { return out.done; }));
+  std::string status;
+  table_->stop("w3", 5000ms, [&](const std::string& s) { status = s; });
+  ASSERT_TRUE(run_until([&] { return !status.empty(); }));
+  EXPECT_EQ(status, "signal 15 (Terminated)");
+  EXPECT_EQ(exits_.size(), 1u);
+  try {
+    table_->stop("nobody", 0ms, [](const std::string&) {});
+    ADD_FAILURE() << "stopped an unknown worker";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "no worker named 'nobody' on host-t");
+  }
+}
+
+}  // namespace
