@@ -6,6 +6,8 @@
 #include <memory>
 
 #include "troupe/cluster.h"
+#include "troupe/future.h"
+#include "troupe/stream.h"
 #include "troupe/virtual_cluster.h"
 
 namespace troupe::internal {
@@ -25,6 +27,11 @@ struct Access {
   // A Cluster that takes over `impl` (not null), e.g. one built over fake head and agent
   // clients in unit tests. Defined in cluster.cc, where ClusterImpl is complete.
   static std::unique_ptr<Cluster> make_cluster(std::unique_ptr<ClusterImpl> impl);
+  // A streamed call's item buffer, and the stream that reads it; `done` completes with the call.
+  using StreamState = ValueStream::State;
+  static ValueStream stream(std::shared_ptr<StreamState> state, Future<Value> done) {
+    return ValueStream(std::move(state), std::move(done));
+  }
 };
 
 }  // namespace troupe::internal

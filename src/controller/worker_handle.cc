@@ -261,7 +261,7 @@ Future<Value> Worker::call_value(const std::string& method, const Kwargs& kwargs
 }
 
 ValueStream Worker::call_stream(const std::string& method, const Kwargs& kwargs) const {
-  auto state = std::make_shared<ValueStream::State>();
+  auto state = std::make_shared<internal::Access::StreamState>();
   auto on_item = [state](Value item) {
     {
       std::lock_guard<std::mutex> lock(state->mu);
@@ -277,7 +277,7 @@ ValueStream Worker::call_stream(const std::string& method, const Kwargs& kwargs)
     }
     state->cv.notify_all();
   });
-  return ValueStream(state, done);
+  return internal::Access::stream(state, done);
 }
 
 std::string Worker::stop(std::chrono::milliseconds grace) const {
