@@ -78,7 +78,7 @@ TEST(Cli, UnknownOrMissingCommand) {
   CliRun r = troupe("bogus");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output,
-             "unknown command 'bogus' (commands: demo, status, start, slurm, stop, version");
+             "unknown command 'bogus' (commands: demo, status, logs, start, slurm, stop, version");
   r = troupe("");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "A subcommand is required");
@@ -96,6 +96,16 @@ TEST(Cli, HelpForEverySubcommand) {
   r = troupe("status --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_HAS(r.output, "--session");
+  r = troupe("logs --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "--tail");
+  EXPECT_HAS(r.output, "--follow");
+  r = troupe("logs");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_HAS(r.output, "WORKER_OR_GROUP is required");
+  r = troupe("logs w --tail 0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_HAS(r.output, "--tail");
   r = troupe("start --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_HAS(r.output, "--num-gpus");

@@ -1,4 +1,4 @@
-"""The README's Python quick start (examples/python/quick_start.py) runs as written.
+"""The README's Python examples (examples/python/quick_start.py, ray_quick_start.py) run as written.
 
 It is run as a user runs it: its own interpreter, the package from this build on PYTHONPATH, the
 example's directory first on sys.path (so its workers import mypkg.policy). The expected values
@@ -26,3 +26,12 @@ def test_python_quick_start_prints_the_hand_computed_results():
         "all: [2.0, 2.0, 2.0, 2.0]",   # four ones, step 0, on every worker
         "slice: [2.5, 2.5]",           # [1.0], step 2, on workers 2 and 3
     ], run.stderr
+
+
+def test_ray_quick_start_prints_41_plus_1():
+    package_dir = str(pathlib.Path(troupe.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=package_dir)
+    run = subprocess.run([sys.executable, str(EXAMPLES / "ray_quick_start.py")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines() == ["42"], run.stderr  # Policy.step(41) = 41 + 1

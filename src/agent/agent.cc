@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "agent/containment.h"
-#include "agent/fork_server.h"
+#include "agent/fork_server_choice.h"
 #include "agent/gpu_probe.h"
 #include "agent/port_book.h"
 #include "agent/worker_table.h"
@@ -59,7 +59,7 @@ class Agent {
       : config_(std::move(config)),
         signals_(io_),
         ports_(config_.address),
-        fork_servers_(config_.fork_server) {}
+        fork_servers_(config_.fork_server, config_.standing) {}
 
   int run() {
     log::set_role("agent:" + config_.host_name);
@@ -85,14 +85,16 @@ class Agent {
       containment_ = Containment::create(env::get_or(agent_env::kCgroups, "1") != "0");
       table_ = std::make_unique<WorkerTable>(
           io_, worker_host(), ports_, *containment_,
-          [this](const std::string& exe) { return fork_servers_.for_executable(exe); },
+          [this](const std::string& exe, const control::StartWorker& request) {
+            return fork_servers_.for_start(exe, request.fork_server, request.env);
+          },
           [this](const control::WorkerExited& e) { broadcast_exit(e); });
     } catch (const Error& e) {
       TROUPE_LOG(Error) << e.message();
       return 3;
     }
     // Embedded: the fork server now (overlapping start-up); standing: on first use, if ever.
-    if (!config_.standing) fork_servers_.for_executable(env::self_executable());
+    if (!config_.standing) fork_servers_.start_own();
     signals_.add(SIGCHLD);
     signals_.add(SIGTERM);
     signals_.add(SIGINT);
@@ -106,7 +108,7 @@ class Agent {
       if (auto c = weak.lock()) c->close(Error(ErrorCode::kShutdown, "agent exiting"));
     io_.restart();
     io_.poll();
-    fork_servers_.reset();    // FS-5: it exits on its socket's EOF; waited for
+    fork_servers_.reset();    // FS-5: each exits on its socket's EOF; waited for
     containment_->end_all();  // CT-3
     store_->release_all();
     remove_sockets();
@@ -252,6 +254,8 @@ class Agent {
                             });
       }
       if (r.method == "list_workers") return resp.reply(table_->list());
+      if (r.method == control::ReadLog::kMethod)
+        return resp.reply(table_->read_log(control::ReadLog::from(r.kwargs)).to_value());
       if (store_->handle(r, resp, from.lock().get())) return;
       if (r.method == control::Shutdown::kMethod) {
         shutdown_requested_ = true;
@@ -274,7 +278,7 @@ class Agent {
       resp.fail(
           Error(ErrorCode::kUnknownMethod,
                 "agent " + config_.host_name + " has no method '" + r.method +
-                    "' (start_worker, stop_worker, list_workers, reserve_ports, "
+                    "' (start_worker, stop_worker, list_workers, read_log, reserve_ports, "
                     "release_ports, memory, gpu_state, store_reserve, store_free, store_usage, "
                     "shutdown, ping)"));
     } catch (const Error& e) {

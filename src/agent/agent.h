@@ -9,7 +9,11 @@
 //                                               long as it is among the last kExitsKept exits)
 //   list_workers {}                          -> [{name, pid, alive, group, rank, launch}] (running;
 //                                               launch: "fork_server" or "exec"), then recent
-//                                               exits [{name, pid, alive}]
+//                                               exits [{name, pid, alive, group}]
+//   read_log {name, offset, tail_lines, max_bytes} -> {name, pid, alive, offset, next_offset,
+//                                               size, data}: a piece of a worker's log file
+//                                               (wire/control.h ReadLog; running workers and
+//                                               remembered exits)
 //   reserve_ports {owner, count, lo, hi}     -> [port]   (see port_book.h)
 //   release_ports {owner}                    -> count
 //   (start_worker also takes take_ports: [port], released to the worker once its process
@@ -31,8 +35,9 @@
 // with SIGKILL leaves no socket behind).
 //
 // The workers themselves (start, stop, exits, GPUs, ports) are in worker_table.h.
-// Resources: the agent forgets a worker once it exited (its log file, pipes and socket are
-// closed and removed); what it keeps of exited workers is bounded (kExitsKept).
+// Resources: the agent forgets a worker once it exited (its log file and pipes are closed, its
+// socket removed); what it keeps of exited workers is bounded (kExitsKept). Log files stay in
+// session_dir/logs.
 // Signals: a worker's process group is signalled only while the agent has not reaped the worker
 // (its pid and group id cannot be reused until then); children left in the group are killed
 // just before the worker is reaped.
@@ -78,8 +83,10 @@ struct AgentConfig {
   // Heartbeats on the head's and every client's connection (transport RPC-HB); 0: none.
   std::chrono::milliseconds heartbeat_interval{0};
   std::chrono::milliseconds heartbeat_timeout{0};
-  // Start workers of the agent's own executable through a fork server (fork_server.h); other
-  // executables, wrapped workers and workers with arguments are exec'd either way.
+  // Start workers through fork servers (fork_server.h): an embedded agent's of its own
+  // executable; a standing agent's of each driver binary it is asked for, started on first use
+  // (fork_server_choice.h). Other executables, wrapped workers and workers with arguments are
+  // exec'd either way.
   bool fork_server = true;
   // The object store's capacity in bytes (store/host_store.h); <= 0: 30 % of MemTotal.
   int64_t object_store_memory = 0;

@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <fstream>
 #include <thread>
 
 #include "agent/containment.h"
@@ -108,8 +107,9 @@ mode_t current_umask() {
 
 }  // namespace
 
-ForkServer::ForkServer(std::string executable, std::vector<std::string> env)
-    : executable_(std::move(executable)) {
+ForkServer::ForkServer(std::string executable, std::vector<std::string> env,
+                       std::chrono::milliseconds max_block)
+    : executable_(std::move(executable)), max_block_(max_block) {
   // FS-3: the workers' intermediate parent exits at once; they must come to us, not to init.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     fail(std::string("PR_SET_CHILD_SUBREAPER: ") + std::strerror(errno));
@@ -192,38 +192,29 @@ void ForkServer::on_reaped(pid_t pid) {
   if (sock_ >= 0) fail("it exited");
 }
 
-namespace {
-// True when this process's command line is its program name alone (/proc/self/cmdline).
-bool started_without_args() {
-  static const bool without = [] {
-    std::ifstream f("/proc/self/cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    return std::count(cmdline.begin(), cmdline.end(), '\0') <= 1;
-  }();
-  return without;
-}
-}  // namespace
-
-ForkServer* ForkServerChoice::for_executable(const std::string& executable) {
-  if (!enabled_ || executable != env::self_executable() || !started_without_args()) return nullptr;
-  if (!server_) server_ = std::make_unique<ForkServer>(executable, env::to_strings(env::current()));
-  return server_->usable() ? server_.get() : nullptr;
+bool ForkServer::greet() {
+  const auto hello_deadline = started_ + kHelloTimeout;
+  auto deadline = hello_deadline;
+  if (max_block_.count() > 0) deadline = std::min(deadline, Clock::now() + max_block_);
+  // The greeting is one 4-byte write: readable means all of it (or EOF, which read_int sees).
+  if (!wait_fd(sock_, POLLIN, deadline) && Clock::now() < hello_deadline)
+    return false;  // still starting: exec this one, not a failure
+  int32_t hello = -1;
+  if (!read_int(sock_, &hello, hello_deadline)) {
+    fail("no greeting");
+    return false;
+  }
+  if (hello != fork_protocol::kHelloOk) {
+    fail(hello == fork_protocol::kHelloThreads ? "it runs threads" : "it refused");
+    return false;
+  }
+  greeted_ = true;
+  return true;
 }
 
 std::optional<pid_t> ForkServer::spawn(const Request& request) {
   if (sock_ < 0) return std::nullopt;
-  if (!greeted_) {
-    int32_t hello = -1;
-    if (!read_int(sock_, &hello, Clock::now() + kHelloTimeout)) {
-      fail("no greeting");
-      return std::nullopt;
-    }
-    if (hello != fork_protocol::kHelloOk) {
-      fail(hello == fork_protocol::kHelloThreads ? "it runs threads" : "it refused");
-      return std::nullopt;
-    }
-    greeted_ = true;
-  }
+  if (!greeted_ && !greet()) return std::nullopt;
   std::string body = fork_protocol::encode_strings(request.cwd, request.env);
   if (body.size() > fork_protocol::kMaxBody) return std::nullopt;  // this one only: exec it
   int fds[fork_protocol::kMaxFds] = {request.stdout_fd, request.stderr_fd, request.ready_fd,
@@ -244,7 +235,8 @@ std::optional<pid_t> ForkServer::spawn(const Request& request) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
   std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-  auto deadline = Clock::now() + kRequestTimeout;
+  auto deadline = Clock::now() + (max_block_.count() > 0 ? std::min(max_block_, kRequestTimeout)
+                                                         : kRequestTimeout);
   ssize_t sent;
   for (;;) {
     sent = ::sendmsg(sock_, &msg, MSG_NOSIGNAL);

@@ -1,7 +1,8 @@
-// The per-host fork server: a copy of the agent's own executable, exec'd once in "fork-server
-// mode" (TROUPE_ROLE=forkserver) before any thread exists, that forks each new worker of that
-// executable instead of the agent fork+exec'ing it. A fork skips exec, dynamic linking and
-// static initialisation, so a worker starts at close to process-creation speed.
+// A fork server: a copy of a troupe C++ binary (an embedded agent's own executable, or on a
+// standing agent a driver's binary: fork_server_choice.h), exec'd once in "fork-server mode"
+// (TROUPE_ROLE=forkserver, entered in troupe::init before any thread exists), that forks each
+// new worker of that executable instead of the agent fork+exec'ing it. A fork skips exec, dynamic
+// linking and static initialisation, so a worker starts at close to process-creation speed.
 //
 // Processes: agent -> fork server (a child of the agent, PR_SET_PDEATHSIG SIGKILL) -> for each
 // request, the worker, forked with CLONE_PARENT: its parent is the agent from birth, which
@@ -37,6 +38,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,15 +46,22 @@
 
 namespace troupe::agent {
 
-// Agent side. One per agent and executable. Not thread-safe: the agent's I/O thread only.
-// spawn() blocks that thread for one round trip (two forks in the fork server), bounded by a
-// deadline.
+// Agent side. One per executable of an agent (fork_server_choice.h). Not thread-safe: the agent's
+// I/O thread only. spawn() blocks that thread for one round trip (two forks in the fork server),
+// bounded by a deadline.
 class ForkServer {
  public:
   // Starts `executable` in fork-server mode with `env` (the agent's; "KEY=VALUE"). Never throws;
   // a fork server that could not start makes every spawn() return nullopt. Makes the calling
   // process a child subreaper (required by FS-3).
-  ForkServer(std::string executable, std::vector<std::string> env);
+  // `max_block` > 0 bounds how long one spawn() blocks the caller (a standing agent, whose
+  // clients declare it lost when it is silent): a spawn() that comes while the fork server is
+  // still starting returns nullopt after that long without giving up on it (that start is
+  // exec'd; a later one uses it once it greeted, or gives up at the greeting's deadline), and a
+  // request gets that long at most. 0: the full deadlines (the first spawn waits for the
+  // greeting).
+  ForkServer(std::string executable, std::vector<std::string> env,
+             std::chrono::milliseconds max_block = std::chrono::milliseconds(0));
   // Closes the socket and waits (bounded) for the fork server to exit; kills it if it does not.
   ~ForkServer();
   ForkServer(const ForkServer&) = delete;
@@ -79,31 +88,17 @@ class ForkServer {
 
  private:
   void fail(const std::string& why);
+  // Reads the fork server's greeting (bounded by max_block_ and the greeting's deadline); false
+  // when it cannot serve this spawn (still starting, or failed).
+  bool greet();
 
   std::string executable_;
+  std::chrono::milliseconds max_block_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   pid_t pid_ = -1;
   int sock_ = -1;
   bool greeted_ = false;
   bool reaped_ = false;
-};
-
-// The agent's choice of fork server: the one of its own executable, started on first use, and
-// only when the agent was started without arguments (a C++ driver re-executed: an agent run as
-// `python3 -c ...` would start a bare interpreter). I/O thread of the agent only.
-class ForkServerChoice {
- public:
-  explicit ForkServerChoice(bool enabled) : enabled_(enabled) {}
-  // The fork server that can start `executable`, or null.
-  ForkServer* for_executable(const std::string& executable);
-  void on_reaped(pid_t pid) {
-    if (server_) server_->on_reaped(pid);
-  }
-  // Closes the fork server (FS-5: it exits on its socket's EOF; waited for).
-  void reset() { server_.reset(); }
-
- private:
-  bool enabled_;
-  std::unique_ptr<ForkServer> server_;
 };
 
 // The fork server's own side, in the process started by ForkServer (TROUPE_ROLE=forkserver).

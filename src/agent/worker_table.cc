@@ -107,7 +107,7 @@ WorkerLaunch WorkerTable::make_launch(const control::StartWorker& request,
   launch.token = host_.token;
   launch.env = env::to_strings(vars);
   if (launch.wrapper.empty() && launch.args.empty() && fork_server_for_)
-    launch.fork_server = fork_server_for_(launch.executable);
+    launch.fork_server = fork_server_for_(launch.executable, request);
   return launch;
 }
 
@@ -237,7 +237,8 @@ void WorkerTable::exited(const std::string& name, const std::shared_ptr<WorkerPr
   // killed with SIGKILL could not remove its socket.
   ::unlink(it->second.socket_path.c_str());
   workers_.erase(it);
-  exits_.push_back(Exit{name, proc->pid(), s.describe()});
+  exits_.push_back(
+      Exit{name, env_of(proc->launch(), group_env::kGroup), proc->pid(), s.describe()});
   if (exits_.size() > kExitsKept) exits_.pop_front();
   for (const auto& waiter : waiters) waiter(s.describe());
 }
@@ -252,8 +253,44 @@ Array WorkerTable::list() const {
                       {"rank", env_of(w.process->launch(), group_env::kRank)},
                       {"launch", w.process->from_fork_server() ? "fork_server" : "exec"}});
   for (const auto& e : exits_)
-    out.push_back(Map{{"name", e.name}, {"pid", static_cast<int64_t>(e.pid)}, {"alive", false}});
+    out.push_back(Map{{"name", e.name},
+                      {"pid", static_cast<int64_t>(e.pid)},
+                      {"alive", false},
+                      {"group", e.group}});
   return out;
+}
+
+control::ReadLogReply WorkerTable::read_log(const control::ReadLog& request) const {
+  control::ReadLogReply reply;
+  reply.name = request.name;
+  bool known = false;
+  if (auto it = workers_.find(request.name); it != workers_.end()) {
+    known = true;
+    reply.pid = it->second.process->pid();
+    reply.alive = !it->second.process->exited();
+  } else {
+    for (auto e = exits_.rbegin(); e != exits_.rend() && !known; ++e)
+      if (e->name == request.name) {
+        known = true;
+        reply.pid = e->pid;
+      }
+  }
+  if (!known) {
+    std::string names;
+    for (const auto& [name, w] : workers_) names += (names.empty() ? "" : ", ") + name;
+    for (const auto& e : exits_) names += (names.empty() ? "" : ", ") + e.name + " (exited)";
+    throw Error(ErrorCode::kInvalidArgument,
+                "no worker named '" + request.name + "' on " + host_.host_name +
+                    " (workers: " + (names.empty() ? "none" : names) + ")");
+  }
+  const std::string file = request.name + ".log";
+  LogPiece piece =
+      read_log_piece(host_.logs_dir_fd, file, host_.session_dir + "/logs/" + file, request);
+  reply.offset = piece.offset;
+  reply.next_offset = piece.next_offset;
+  reply.size = piece.size;
+  reply.data = std::move(piece.data);
+  return reply;
 }
 
 std::map<std::string, int64_t> WorkerTable::memory() const {

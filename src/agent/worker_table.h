@@ -12,7 +12,8 @@
 //   WT-2 One exit, one report: each worker's exit is reported once (on_exited), after it was
 //        reaped and its output read; a stop waiter gets the status the worker exited with.
 //   WT-3 Bounded memory: an exited worker is forgotten (log, pipes, socket closed) but for its
-//        name, pid and status among the last kExitsKept.
+//        name, group, pid and status among the last kExitsKept. Its log file stays on disk
+//        (session_dir/logs/NAME.log); read_log serves it while the exit is remembered.
 #pragma once
 
 #include <sys/types.h>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "agent/containment.h"
+#include "agent/log_reader.h"
 #include "agent/worker_process.h"
 #include "troupe/error.h"
 #include "troupe/value.h"
@@ -57,8 +59,9 @@ class WorkerTable {
 
   // Every worker's exit, once (WT-2), for the agent to send to its clients.
   using ExitHandler = std::function<void(const control::WorkerExited&)>;
-  // The fork server that can start `executable`, or null (fork_server.h).
-  using ForkServerFor = std::function<ForkServer*(const std::string& executable)>;
+  // The fork server that can start `executable` for `request`, or null (fork_server_choice.h).
+  using ForkServerFor = std::function<ForkServer*(const std::string& executable,
+                                                  const control::StartWorker& request)>;
   // Called once: with the reply when the worker is ready, or with why it is not.
   using StartHandler = std::function<void(const control::StartWorkerReply* reply, const Error* e)>;
   using LineHandler = std::function<void(const std::string& line, bool is_stderr)>;
@@ -87,9 +90,13 @@ class WorkerTable {
 
   bool empty() const { return workers_.empty(); }
   size_t size() const { return workers_.size(); }
-  // [{name, pid, alive, group, rank, launch}] of running workers, then [{name, pid, alive}] of
-  // remembered exits.
+  // [{name, pid, alive, group, rank, launch}] of running workers, then [{name, pid, alive,
+  // group}] of remembered exits.
   Array list() const;
+  // A piece of the log of `request.name` (a running worker or a remembered exit, WT-3) with its
+  // pid and whether it runs (log_reader.h). Throws kInvalidArgument for a name it does not know,
+  // naming those it knows.
+  control::ReadLogReply read_log(const control::ReadLog& request) const;
   // Resident memory of each running worker's process group.
   std::map<std::string, int64_t> memory() const;
   // The GPUs a start of `request` would get (throws kResourceUnavailable as start does).
@@ -106,6 +113,7 @@ class WorkerTable {
   };
   struct Exit {
     std::string name;
+    std::string group;
     pid_t pid;
     std::string status;
   };

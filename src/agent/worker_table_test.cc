@@ -259,3 +259,25 @@ TEST_F(WorkerTableTest, StopRepliesWithTheExitStatus) {
 }
 
 }  // namespace
+
+namespace {
+
+// read_log serves a worker's log after it exited (WT-3: while the exit is remembered), with its
+// pid; an unknown name is an error naming the workers the table knows.
+TEST_F(WorkerTableTest, ReadsTheLogOfAnExitedWorker) {
+  Outcome out;
+  table_->start(request("dies", "die"), nullptr, nullptr, record(&out));
+  ASSERT_TRUE(run_until([&] { return out.done && exits_.size() == 1; }));
+  control::ReadLogReply reply = table_->read_log(control::ReadLog{"dies", 0, 1, 4096});
+  EXPECT_EQ(reply.data, "table-test worker gives up\n");
+  EXPECT_EQ(reply.pid, exits_[0].pid);
+  EXPECT_FALSE(reply.alive);
+  try {
+    table_->read_log(control::ReadLog{"nobody", 0, 0, 4096});
+    FAIL() << "an unknown worker's log was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "no worker named 'nobody' on host-t (workers: dies (exited))");
+  }
+}
+
+}  // namespace

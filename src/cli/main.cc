@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/demo.h"
+#include "cli/logs.h"
 #include "cli/slurm.h"
 #include "cli/standing.h"
 #include "cli/status.h"
@@ -45,6 +46,29 @@ int main(int argc, char** argv) {
       ->add_option("--token-file", status_token_file,
                    "the cluster token (default: TROUPE_TOKEN, else this host's run directory)")
       ->check(CLI::ExistingFile);
+
+  troupe::cli::LogsOptions logs;
+  CLI::App* logs_cmd = app.add_subcommand(
+      "logs",
+      "print the output of a worker, or of every worker of a group, read through its host's "
+      "agent (also after it exited); lines are prefixed (NAME pid=PID)");
+  logs_cmd->add_option("WORKER_OR_GROUP", logs.target, "a worker's name, or a group (name prefix)")
+      ->required();
+  CLI::Option* logs_session =
+      logs_cmd->add_option("--session", logs.session,
+                           "an embedded cluster's session directory (default: this user's newest)");
+  logs_cmd
+      ->add_option("--address", logs.address,
+                   "HOST:PORT of a standing cluster's head (instead of --session)")
+      ->excludes(logs_session);
+  logs_cmd
+      ->add_option("--token-file", logs.token_file,
+                   "the cluster token (default: TROUPE_TOKEN, else this host's run directory)")
+      ->check(CLI::ExistingFile);
+  logs_cmd->add_option("--tail", logs.tail, "only the last N lines of each worker")
+      ->check(CLI::PositiveNumber);
+  logs_cmd->add_flag("-f,--follow", logs.follow,
+                     "keep printing new lines until the workers exit (or Ctrl-C)");
 
   bool start_head = false;
   std::string labels;
@@ -167,6 +191,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (*logs_cmd) return troupe::cli::run_logs(logs);
   if (*start_cmd) {
     if (start_head == !agent.address.empty()) {
       std::fprintf(stderr, "troupe start: give --head or --address HOST:PORT (see --help)\n");

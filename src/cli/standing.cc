@@ -371,6 +371,9 @@ int run_start_agent(const StartAgentOptions& o) {
     c.heartbeat_timeout = std::chrono::milliseconds(o.host_lost_ms);
     c.exit_without_head = o.slurm;
     c.object_store_memory = o.object_store_memory;
+    // Fork servers of drivers' binaries (fork_server_choice.h) unless the environment turns
+    // them off.
+    c.fork_server = env::get_or(agent_env::kForkServer, "1") != "0";
     const std::string log = dir + "/agent-" + c.host_name + ".log";
     const std::string pidfile = dir + "/agent-" + c.host_name + ".pid";
     auto body = [&](int ready_fd) -> int {

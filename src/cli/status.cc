@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "cli/agents.h"
 #include "common/env.h"
 #include "common/launch_env.h"
 #include "common/token.h"
@@ -23,23 +24,6 @@ namespace {
 namespace fs = std::filesystem;
 namespace control = wire::control;
 
-// The newest session directory of this user with a head socket.
-std::string newest_session() {
-  fs::path base = env::get_or("TMPDIR", "/tmp") + "/troupe-" + std::to_string(::getuid());
-  std::error_code ec;
-  std::string best;
-  fs::file_time_type best_time;
-  for (const auto& e : fs::directory_iterator(base, ec)) {
-    if (!fs::exists(internal::socket_dir_of(e.path().string()) + "/head.sock", ec)) continue;
-    auto t = fs::last_write_time(e.path(), ec);
-    if (best.empty() || t > best_time) {
-      best = e.path().string();
-      best_time = t;
-    }
-  }
-  return best;
-}
-
 std::string mib(const Value* v) {
   if (!v || !v->is_int()) return "?";
   char buf[32];
@@ -53,16 +37,21 @@ std::string str(const Value* v) {
   return v->debug_string();
 }
 
+// The head's view of a host (up, LOST) and, when its agent did not answer, that first.
+std::string up_or_not(const Value& h) {
+  const Value* alive = h.find("alive");
+  std::string head_view = alive && alive->is_bool() && alive->as_bool() ? "up" : "LOST";
+  if (str(h.find("agent")) == "not answering") return "not answering (head: " + head_view + ")";
+  return head_view == "up" ? "up  " : head_view;
+}
+
 void print(const Value& status) {
   std::printf("session %s\n\nhosts:\n", str(status.find("session")).c_str());
   if (const Value* hosts = status.find("hosts"); hosts && hosts->is_array())
     for (const auto& h : hosts->as_array()) {
       std::printf("  %-10s %-12s agent pid %-7s %s  memory %s available of %s\n",
                   str(h.find("name")).c_str(), str(h.find("address")).c_str(),
-                  str(h.find("agent_pid")).c_str(),
-                  h.find("alive") && h.find("alive")->is_bool() && h.find("alive")->as_bool()
-                      ? "up  "
-                      : "LOST",
+                  str(h.find("agent_pid")).c_str(), up_or_not(h).c_str(),
                   mib(h.find("memory_available")).c_str(), mib(h.find("memory_total")).c_str());
       std::printf("    %s CPUs, %s GPUs\n", str(h.find("cpus")).c_str(),
                   str(h.find("gpus")).c_str());
@@ -120,26 +109,35 @@ Value ask(const std::string& endpoint, const std::string& token, const std::stri
 }
 
 // A standing cluster's head knows hosts and placement groups; each live host's agent adds its
-// memory and its workers (group, rank, resident memory). A host whose agent does not answer
-// says so.
+// memory and its workers (group, rank, resident memory). All agents are asked at once, for at
+// most kAgentConnectDeadline + kAgentAnswerDeadline: a host whose agent does not answer in time is
+// marked "agent": "not answering" with the reason.
 Value with_agents(Value status, const std::string& token) {
-  Array workers;
   Value* hosts = nullptr;
   for (auto& [k, v] : status.as_map())
     if (k == "hosts" && v.is_array()) hosts = &v;
   if (!hosts) return status;
-  for (auto& h : hosts->as_array()) {
-    const Value* alive = h.find("alive");
-    const Value* endpoint = h.find("tcp_endpoint");
-    if (!alive || !alive->is_bool() || !alive->as_bool() || !endpoint || !endpoint->is_string() ||
-        endpoint->as_string().empty())
+  Agents agents(hosts_of(status), token, Clock::now() + kAgentConnectDeadline);
+  auto answers =
+      agents.ask_all({{"memory", {}}, {"list_workers", {}}}, Clock::now() + kAgentAnswerDeadline);
+  Array workers;
+  for (size_t i = 0; i < answers.size() && i < hosts->as_array().size(); ++i) {
+    Value& h = hosts->as_array()[i];
+    if (!agents.hosts()[i].head_says_up) continue;
+    const Agents::Answer& memory_answer = answers[i][0];
+    const Agents::Answer& list_answer = answers[i][1];
+    if (!memory_answer.value || !list_answer.value) {
+      const std::string& why = memory_answer.value ? list_answer.error : memory_answer.error;
+      h.as_map().emplace_back("agent", "not answering");
+      std::string reserved = str(h.find("reserved"));
+      h.as_map().emplace_back("reserved",
+                              (reserved.empty() ? "" : reserved + "\n    ") + "(" + why + ")");
       continue;
-    std::string host_name = str(h.find("name"));
+    }
     try {
-      auto memory = control::MemoryReply::from(ask(endpoint->as_string(), token, "memory"));
-      Value listed = ask(endpoint->as_string(), token, "list_workers");
+      auto memory = control::MemoryReply::from(*memory_answer.value);
       std::map<std::string, int64_t> group_memory;
-      for (const auto& w : listed.as_array()) {
+      for (const auto& w : list_answer.value->as_array()) {
         std::string name = str(w.find("name")), group = str(w.find("group"));
         auto rss = memory.workers.find(name);
         if (rss != memory.workers.end() && !group.empty()) group_memory[group] += rss->second;
@@ -149,7 +147,7 @@ Value with_agents(Value status, const std::string& token) {
                               {"group", group},
                               {"rank", str(w.find("rank"))},
                               {"class", ""},
-                              {"host", host_name},
+                              {"host", agents.hosts()[i].name},
                               {"pid", w.find("pid") ? *w.find("pid") : Value()},
                               {"alive", true}});
       }
@@ -158,9 +156,9 @@ Value with_agents(Value status, const std::string& token) {
       h.as_map().emplace_back("memory_available", memory.available_bytes);
       h.as_map().emplace_back("group_memory", std::move(groups));
     } catch (const Error& e) {
-      h.as_map().emplace_back("reserved", str(h.find("reserved")) + "\n    (its agent at " +
-                                              endpoint->as_string() +
-                                              " did not answer: " + e.message() + ")");
+      h.as_map().emplace_back("reserved", str(h.find("reserved")) + "\n    (the agent of " +
+                                              agents.hosts()[i].name +
+                                              " answered badly: " + e.message() + ")");
     }
   }
   for (auto& [k, v] : status.as_map())
@@ -169,6 +167,22 @@ Value with_agents(Value status, const std::string& token) {
 }
 
 }  // namespace
+
+std::string newest_session() {
+  fs::path base = env::get_or("TMPDIR", "/tmp") + "/troupe-" + std::to_string(::getuid());
+  std::error_code ec;
+  std::string best;
+  fs::file_time_type best_time;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    if (!fs::exists(internal::socket_dir_of(e.path().string()) + "/head.sock", ec)) continue;
+    auto t = fs::last_write_time(e.path(), ec);
+    if (best.empty() || t > best_time) {
+      best = e.path().string();
+      best_time = t;
+    }
+  }
+  return best;
+}
 
 Value ask_head_status(const std::string& endpoint, const std::string& token) {
   return ask(endpoint, token, "status");

@@ -9,16 +9,14 @@
 #include <fstream>
 #include <thread>
 
-#include "agent/agent.h"
 #include "common/env.h"
 #include "common/launch_env.h"
 #include "common/log.h"
 #include "common/process.h"
-#include "common/token.h"
 #include "controller/cluster_impl.h"
+#include "controller/init.h"
 #include "troupe/worker_class.h"
 #include "wire/control.h"
-#include "wire/head_protocol.h"
 
 namespace troupe {
 namespace internal {
@@ -28,14 +26,7 @@ namespace control = wire::control;
 namespace {
 
 constexpr std::chrono::milliseconds kConnectTimeout{10000};
-constexpr std::chrono::milliseconds kStopGrace{3000};
 constexpr size_t kDeadKept = 32;
-
-std::string join_ints(const std::vector<int>& v) {
-  std::string out;
-  for (int i : v) out += (out.empty() ? "" : ",") + std::to_string(i);
-  return out;
-}
 
 }  // namespace
 
@@ -46,68 +37,42 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
                     ", but main() did not call troupe::init(argc, argv) first");
   std::string address =
       options_.address.empty() ? env::get_or(launch_env::kAddress, "") : options_.address;
-  if (!address.empty()) {
-    standing_ = true;
-    make_session_dir(false);
-    loop_ = std::make_unique<transport::IoLoop>();
-    connect_ = make_agent_connector(*loop_);
-    connect_worker_ = make_worker_connector(*loop_);
-    try {
-      connect_standing(address);
-    } catch (...) {
-      shutdown();
-      throw;
-    }
-    return;
-  }
-  if (options_.hosts.empty())
+  if (address.empty() && options_.hosts.empty())
     throw Error(ErrorCode::kInvalidArgument, "a cluster needs at least one host");
-  make_session_dir(true);
-  token_ = env::get_or(launch_env::kToken, "");
-  if (token_.empty()) {
-    token_ = token::generate();
-    write_token_file(session_, token_);
-  }
   loop_ = std::make_unique<transport::IoLoop>();
   connect_ = make_agent_connector(*loop_);
   connect_worker_ = make_worker_connector(*loop_);
-  try {
-    head_ = std::make_shared<head::Head>(loop_->context(),
-                                         "unix:" + session_.socket_dir + "/head.sock", token_);
-    head_client_ = make_embedded_head_client(head_);
-    start_agents();
-    connect_agents();
-    make_store();
-    head_->set_status_provider([this] { return status(); });
-  } catch (...) {
-    shutdown();
-    throw;
-  }
+  backend_ = address.empty() ? make_embedded_backend(*this)
+                             : make_standing_backend(*this, std::move(address));
+  start_backend();
 }
 
 ClusterImpl::ClusterImpl(ClusterOptions options, std::unique_ptr<HeadClient> head,
                          AgentConnector connect, WorkerConnector connect_worker)
     : options_(std::move(options)) {
-  standing_ = true;
-  head_address_ = options_.address.empty() ? "(injected head)" : options_.address;
-  make_session_dir(false);
   loop_ = std::make_unique<transport::IoLoop>();
-  head_client_ = std::move(head);
   connect_ = std::move(connect);
   connect_worker_ = connect_worker ? std::move(connect_worker) : make_worker_connector(*loop_);
-  for (unsigned char c : token::random_bytes(4))
-    id_prefix_ += "0123456789abcdef"[c >> 4], id_prefix_ += "0123456789abcdef"[c & 15];
-  id_prefix_ += ".";
+  backend_ = make_injected_backend(*this, std::move(head));
+  start_backend();
+}
+
+ClusterImpl::~ClusterImpl() { shutdown(); }
+
+void ClusterImpl::start_backend() {
   try {
-    attach_hosts();
-    make_store();
+    backend_->start();
   } catch (...) {
     shutdown();
     throw;
   }
 }
 
-ClusterImpl::~ClusterImpl() { shutdown(); }
+head::Head& ClusterImpl::head() {
+  head::Head* h = backend_->embedded_head();
+  if (!h) throw Error(ErrorCode::kInvalidArgument, "a standing cluster has no head in the driver");
+  return *h;
+}
 
 void ClusterImpl::make_session_dir(bool with_hosts) {
   std::vector<std::string> names;
@@ -117,84 +82,6 @@ void ClusterImpl::make_session_dir(bool with_hosts) {
   }
   session_ = create_session(options_.session_dir, names);
   session_dir_ = session_.dir;
-}
-
-void ClusterImpl::start_agents() {
-  const double cores = static_cast<double>(std::thread::hardware_concurrency());
-  std::string self = env::self_executable();
-  std::vector<std::string> names;
-  for (size_t i = 0; i < options_.hosts.size(); ++i) {
-    HostSpec& spec = options_.hosts[i];
-    if (spec.name.empty()) spec.name = "host-" + std::to_string(i);
-    if (spec.address.empty()) spec.address = "127.0.0." + std::to_string(i + 2);
-    if (spec.num_cpus <= 0) spec.num_cpus = cores;
-    names.push_back(spec.name);
-  }
-  head_->expect_hosts(names);  // host i of ClusterOptions is head host i, however agents race
-  for (size_t i = 0; i < options_.hosts.size(); ++i) {
-    HostSpec& spec = options_.hosts[i];
-    std::vector<int> gpu_ids;
-    for (int g = 0; g < spec.num_gpus; ++g) gpu_ids.push_back(g);
-    auto vars = env::current();
-    vars[worker_env::kRole] = "agent";
-    vars[agent_env::kHostName] = spec.name;
-    vars[agent_env::kAddress] = spec.address;
-    vars[agent_env::kNumCpus] = std::to_string(spec.num_cpus);
-    vars[agent_env::kGpuIds] = join_ints(gpu_ids);
-    std::string labels;
-    for (const auto& [k, v] : spec.labels) labels += (labels.empty() ? "" : ",") + k + "=" + v;
-    vars[agent_env::kLabels] = labels;
-    vars[agent_env::kHead] = head_->endpoint();
-    vars[agent_env::kSessionDir] = session_dir_;
-    vars[agent_env::kSocketDir] = session_.socket_dir;
-    vars[agent_env::kLogToTerminal] = options_.log_to_driver ? "1" : "0";
-    if (options_.object_store_memory > 0)
-      vars[agent_env::kObjectStoreMemory] = std::to_string(options_.object_store_memory);
-    vars.erase(launch_env::kToken);
-    if (env::get(launch_env::kToken))
-      vars[launch_env::kToken] = token_;  // the user chose to pass it this way
-    else
-      vars[launch_env::kTokenFile] = session_dir_ + "/token";
-    for (const auto& [k, v] : options_.agent_executable.env) vars[k] = v;
-    process::SpawnOptions opts;
-    opts.executable =
-        options_.agent_executable.path.empty() ? self : options_.agent_executable.path;
-    opts.args = options_.agent_executable.args;
-    opts.env = env::to_strings(vars);
-    opts.new_process_group = true;
-    opts.parent_death_signal = SIGTERM;
-    pid_t pid = 0;
-    loop_->run_sync([&] { pid = process::spawn(opts); });
-    agents_.push_back(AgentProcess{spec.name, pid, nullptr});
-  }
-  auto deadline = Clock::now() + options_.start_timeout;
-  head_->wait_for_hosts(agents_.size(), deadline, [this]() -> std::string {
-    for (const auto& a : agents_) {
-      int status = 0;
-      if (::waitpid(a.pid, &status, WNOHANG) == a.pid) {
-        auto s = process::decode_wait_status(status);
-        return "the agent of " + a.host_name + " (pid " + std::to_string(a.pid) +
-               ") exited during start-up: " + s.describe() + " (see its messages above)";
-      }
-    }
-    return {};
-  });
-  // The head assigned the ids (expect_hosts kept ClusterOptions order): host i is head host i.
-  host_records_ = head_client_->hosts();
-  host_records_.resize(agents_.size());
-  for (size_t i = 0; i < agents_.size(); ++i)
-    if (host_records_[i].host_name != agents_[i].host_name)
-      throw Error(ErrorCode::kProtocol, "the head gave id " + std::to_string(i) + " to " +
-                                            host_records_[i].host_name + ", expected " +
-                                            agents_[i].host_name);
-}
-
-void ClusterImpl::connect_agents() {
-  for (size_t i = 0; i < agents_.size(); ++i) {
-    auto client = open_agent(i, host_records_[i].unix_endpoint, false);
-    std::lock_guard<std::mutex> lock(hosts_mu_);
-    agents_[i].client = client;
-  }
 }
 
 std::shared_ptr<AgentClient> ClusterImpl::open_agent(size_t host, const std::string& endpoint,
@@ -237,25 +124,15 @@ void ClusterImpl::on_agent_lost(size_t host, const AgentClient* client, const Er
     address = host_records_.at(host).address;
     local = host_records_.at(host).machine_id == env::machine_id();
   }
-  if (standing_ && !lost.empty())
-    TROUPE_LOG(Warning) << "host " << host_name << " (" << address << ") is lost ("
-                        << reason.message() << "): " << lost.size() << " worker(s) lost with it";
   // Workers die with their agent (parent-death signal); on this machine the driver also kills
   // their process groups, so that no child a worker forked survives. Only with proof that the
   // group is still the worker's: `lost` holds no worker known dead, and signal_group_if_ours
   // checks pid and start time. A worker already reaped by whoever adopted it (init) leaves a
   // group that is no longer provably ours: its members are left alone.
-  for (const auto& w : lost) {
+  for (const auto& w : lost)
     if (local && w->pid() > 0 && w->start_time() > 0)
       process::signal_group_if_ours(w->pid(), w->start_time(), SIGKILL);
-    if (standing_)
-      w->mark_dead(Error(ErrorCode::kHostLost, w->describe() + " is lost with its host " +
-                                                   host_name + " (" + address +
-                                                   "): " + reason.message()));
-    else
-      w->mark_dead(
-          w->death_error("its agent on " + host_name + " is gone (" + reason.message() + ")"));
-  }
+  backend_->mark_lost(lost, host_name, address, reason);
 }
 
 void ClusterImpl::on_worker_exited(size_t host, control::WorkerExited&& exited) {
@@ -338,43 +215,8 @@ std::shared_ptr<AgentClient> ClusterImpl::connected_agent(size_t host) const {
 }
 
 std::shared_ptr<AgentClient> ClusterImpl::agent(size_t host) {
-  {
-    std::lock_guard<std::mutex> lock(hosts_mu_);
-    if (host < agents_.size() && agents_[host].client && !agents_[host].client->closed())
-      return agents_[host].client;
-    if (!standing_) {
-      if (host >= agents_.size())
-        throw Error(ErrorCode::kInvalidArgument, "host index " + std::to_string(host) +
-                                                     " is out of range: the cluster has " +
-                                                     std::to_string(agents_.size()) + " hosts");
-      return agents_[host].client;  // closed: requests on it fail naming the agent
-    }
-  }
-  refresh_hosts();
-  head::HostRecord record;
-  bool same_network = false;
-  {
-    std::lock_guard<std::mutex> lock(hosts_mu_);
-    if (host >= host_records_.size())
-      throw Error(ErrorCode::kInvalidArgument,
-                  "host index " + std::to_string(host) + " is out of range: the cluster at " +
-                      head_address_ + " has " + std::to_string(host_records_.size()) + " hosts");
-    record = host_records_[host];
-    same_network = agents_[host].same_network;
-  }
-  if (!record.alive)
-    throw Error(ErrorCode::kHostLost, "host " + record.host_name + " (id " + std::to_string(host) +
-                                          ", " + record.address +
-                                          ") is lost: its agent is not connected to the head");
-  auto client = open_agent(host, same_network ? record.unix_endpoint : record.tcp_endpoint, true);
-  std::lock_guard<std::mutex> lock(hosts_mu_);
-  auto& link = agents_[host];
-  if (link.client && !link.client->closed()) {  // another thread connected meanwhile
-    client->close(Error(ErrorCode::kShutdown, "a duplicate connection"));
-    return link.client;
-  }
-  link.client = client;
-  return client;
+  if (auto client = connected_agent(host)) return client;
+  return backend_->reconnect_agent(host);
 }
 
 void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options,
@@ -403,8 +245,11 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
     request.executable = exe->path;
     request.args = exe->args;
     for (const auto& [k, v] : exe->env) vars.emplace(k, v);
-  } else if (standing_) {
-    request.executable = env::self_executable();  // the agent's own binary is `troupe`
+  } else {
+    // Empty on an embedded cluster (its agents run this binary); on a standing one this binary,
+    // which serves the fork-server role when troupe::init ran (a C++ driver).
+    request.executable = backend_->own_class_executable();
+    request.fork_server = !request.executable.empty() && internal::initialised();
   }
   request.env = std::move(vars);
   std::string log_path = session_dir_ + "/logs/" + options.name + ".log";
@@ -495,60 +340,49 @@ void ClusterImpl::forget_group(const std::string& name) {
   groups_.erase(name);
 }
 
-void ClusterImpl::wait_agents_exit(std::chrono::milliseconds timeout) {
-  auto deadline = Clock::now() + timeout;
-  for (auto& a : agents_) {
-    if (a.pid <= 0) continue;
-    for (;;) {
-      int status = 0;
-      pid_t r = ::waitpid(a.pid, &status, WNOHANG);
-      if (r == a.pid || r < 0) break;
-      if (Clock::now() >= deadline) {
-        TROUPE_LOG(Warning) << "agent of " << a.host_name << " did not exit in time; killing it";
-        ::kill(a.pid, SIGKILL);
-        ::waitpid(a.pid, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    a.pid = 0;
+void ClusterImpl::print_worker_log(control::WorkerLog&& log) {
+  pid_t pid = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = workers_.find(user_name(log.name)); it != workers_.end()) pid = it->second->pid();
   }
+  std::string text;
+  for (const auto& line : log.lines)
+    text += "(" + user_name(log.name) + " pid=" + std::to_string(pid) + ") " + line + "\n";
+  ssize_t unused = ::write(log.is_stderr ? STDERR_FILENO : STDOUT_FILENO, text.data(), text.size());
+  (void)unused;
 }
 
 void ClusterImpl::shutdown() {
   std::lock_guard<std::mutex> serial(shutdown_mu_);
-  if (standing_) return shutdown_standing();
-  std::map<std::string, std::shared_ptr<WorkerState>> workers;
+  std::vector<std::shared_ptr<WorkerState>> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shut_down_) return;
     shut_down_ = true;
-    workers = workers_;
+    for (const auto& [name, w] : workers_) workers.push_back(w);
   }
-  if (!loop_) return;
+  if (!backend_) return;  // the constructor threw before choosing one
   if (store_) store_->shutdown();
   // Calls fail with kShutdown from here on, whatever the workers' exits look like.
-  for (auto& [name, w] : workers)
+  for (auto& w : workers)
     w->mark_dead(Error(ErrorCode::kShutdown, w->describe() + " was shut down with the cluster"));
-  // Ask every agent to stop its workers (SIGTERM, then SIGKILL) and exit.
-  if (head_) head_->expect_hosts_to_leave();
-  std::vector<Future<Value>> stops;
-  for (auto& a : agents_)
-    if (a.client) stops.push_back(a.client->shutdown().raw());
-  wait_all(stops, kStopGrace + std::chrono::seconds(2));
-  if (head_) head_->close();  // agents that did not answer see the head go and stop as well
-  wait_agents_exit(kStopGrace + std::chrono::seconds(3));
-  for (auto& a : agents_)
-    if (a.client) a.client->close(Error(ErrorCode::kShutdown, "cluster shut down"));
+  backend_->stop(workers);
+  std::vector<std::shared_ptr<AgentClient>> clients;
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    for (const auto& a : agents_)
+      if (a.client) clients.push_back(a.client);
+  }
+  for (auto& c : clients) c->close(Error(ErrorCode::kShutdown, "the cluster shut down"));
   // The closes above are posted to the loop: let them run before it stops, so that no
   // connection outlives it.
   loop_->run_sync([] {});
   loop_->stop();
-  head_.reset();
+  backend_->stopped();
   if (!session_.dir.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(session_.socket_dir, ec);
-    remove_token_file(session_);
   }
 }
 

@@ -1,5 +1,6 @@
-// The driver side of a Cluster: the embedded head, the agent processes and the workers; or, on a
-// standing cluster (cluster_standing.cc), connections to its head and to its hosts' agents.
+// The driver side of a Cluster: its hosts' agents and the workers. How the hosts are reached is
+// its backend's business (cluster_backend.h): an embedded head and agent processes, or a standing
+// cluster's head and agents.
 //
 // Threads: public functions are thread-safe. Network callbacks run on the I/O thread of
 // `loop_`; agent processes are spawned from that thread too, so their parent-death signal is
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "controller/agent_client.h"
+#include "controller/cluster_backend.h"
 #include "controller/head_client.h"
 #include "controller/object_store.h"
 #include "controller/session_dir.h"
@@ -29,7 +31,6 @@
 #include "controller/worker_state.h"
 #include "head/head.h"
 #include "transport/io_loop.h"
-#include "transport/rpc_peer.h"
 #include "troupe/cluster.h"
 
 namespace troupe::internal {
@@ -70,11 +71,10 @@ class ClusterImpl {
   const std::string& session_dir() const { return session_dir_; }
   const std::string& token() const { return token_; }
   transport::IoLoop& loop() { return *loop_; }
-  // The embedded head (null on a standing cluster).
-  head::Head& head() { return *head_; }
+  // The embedded head. Throws Error(kInvalidArgument) on a standing cluster.
+  head::Head& head();
   // Placement and the host list, embedded or standing.
   HeadClient& head_client() { return *head_client_; }
-  bool standing() const { return standing_; }
   // What makes this driver's names unique on a standing cluster that other drivers share
   // (placement groups, port owners, worker names as agents know them); empty when embedded.
   const std::string& id_prefix() const { return id_prefix_; }
@@ -83,9 +83,9 @@ class ClusterImpl {
     return agent_name.rfind(id_prefix_, 0) == 0 ? agent_name.substr(id_prefix_.size()) : agent_name;
   }
   // The client of the agent of `host`; on a standing cluster its connection is opened (blocking)
-  // when there is none yet or the last one was lost. Throws Error(kInvalidArgument) for an
-  // unknown host, kHostLost for a lost one. Embedded: a closed client when the agent is gone
-  // (its requests fail naming the agent). Not on the I/O thread.
+  // when there is none yet or the last one was lost (ClusterBackend::reconnect_agent). Throws
+  // Error(kInvalidArgument) for an unknown host, kHostLost for a lost one. Embedded: a closed
+  // client when the agent is gone (its requests fail naming the agent). Not on the I/O thread.
   std::shared_ptr<AgentClient> agent(size_t host);
   // The connected client of the agent of `host`, or null; never connects, never throws.
   // For releases and stops, which have nothing to undo on a host that is gone.
@@ -107,16 +107,18 @@ class ClusterImpl {
       const std::vector<std::shared_ptr<WorkerState>>& workers, std::chrono::milliseconds grace);
 
  private:
+  friend class EmbeddedBackend;
+  friend class StandingBackend;
+
   struct AgentProcess {
     std::string host_name;
-    pid_t pid = 0;  // embedded: the agent is our child; 0 on a standing cluster
     std::shared_ptr<AgentClient> client;  // the driver's control connection
     bool same_network = true;             // its workers are reached over Unix sockets (else TCP)
   };
 
+  // Runs backend_->start(); shuts down and rethrows when it throws.
+  void start_backend();
   void make_session_dir(bool with_hosts);
-  void start_agents();
-  void connect_agents();
   // Opens and authenticates a control connection to the agent of `host` through connect_
   // (blocking); heartbeats when `monitor`.
   std::shared_ptr<AgentClient> open_agent(size_t host, const std::string& endpoint, bool monitor);
@@ -126,17 +128,7 @@ class ClusterImpl {
   void on_agent_lost(size_t host, const AgentClient* client, const Error& reason);
   void launch(const std::shared_ptr<WorkerState>& worker, const WorkerOptions& options,
               std::shared_ptr<AgentClient> agent, bool same_network);
-  // Standing cluster (cluster_standing.cc).
-  void connect_standing(const std::string& address);
-  // With head_client_ set: reads the hosts and connects to the live ones' agents; throws
-  // kResourceUnavailable when none is reachable.
-  void attach_hosts();
-  void refresh_hosts() const;  // reads the head's host list into host_records_ and agents_
-  void on_head_event(wire::Event&& event);
   void print_worker_log(wire::control::WorkerLog&& log);
-  void shutdown_standing();
-  void wait_agents_exit(std::chrono::milliseconds timeout);
-
   void forget(const std::shared_ptr<WorkerState>& worker);
   // Makes store_ over the first agent on this host's network (none: a disabled store).
   void make_store();
@@ -146,11 +138,7 @@ class ClusterImpl {
   std::string session_dir_;
   std::string token_;
   std::unique_ptr<transport::IoLoop> loop_;
-  std::shared_ptr<head::Head> head_;  // shared with head_client_, which may outlive shutdown
-  bool standing_ = false;
-  std::string head_address_;  // standing: HOST:PORT
   std::string id_prefix_;
-  std::shared_ptr<transport::RpcPeer> head_peer_;  // standing: the connection to the head
   std::unique_ptr<HeadClient> head_client_;
   std::shared_ptr<DriverStore> store_;  // set once agents are connected
   AgentConnector connect_;  // how agents are reached (make_agent_connector unless injected)
@@ -170,6 +158,7 @@ class ClusterImpl {
   std::set<std::string> groups_;
   bool shut_down_ = false;
   std::mutex shutdown_mu_;
+  std::unique_ptr<ClusterBackend> backend_;  // set once, by the constructor
 };
 
 }  // namespace troupe::internal

@@ -1,9 +1,10 @@
-// ClusterImpl on a standing cluster: the driver connects to a head started with
-// `troupe start --head` and to the agents of the hosts that joined it.
-#include <unistd.h>
-
-#include <filesystem>
+// The standing backend of ClusterImpl: the driver connects to a head started with
+// `troupe start --head` and to the agents of the hosts that joined it. When the head's connection
+// is lost, the driver connects again (as the agents do) and books its placement groups again.
+#include <condition_variable>
 #include <future>
+#include <optional>
+#include <thread>
 
 #include "common/env.h"
 #include "common/launch_env.h"
@@ -20,29 +21,105 @@ namespace {
 constexpr std::chrono::milliseconds kHeadConnectTimeout{10000};
 constexpr std::chrono::milliseconds kHeadRequestTimeout{30000};
 constexpr std::chrono::milliseconds kStandingStopGrace{3000};
+// How often a driver that lost its head tries again: the agents' reconnect interval
+// (agent::AgentConfig::reconnect_interval).
+constexpr std::chrono::milliseconds kHeadReconnectInterval{500};
+// How long a driver back with a head waits for the hosts of its placement groups to register.
+constexpr std::chrono::milliseconds kRestoreHostsWait{10000};
 }  // namespace
 
-void ClusterImpl::connect_standing(const std::string& address) {
-  head_address_ = address;
-  id_prefix_.clear();
+class StandingBackend : public ClusterBackend {
+ public:
+  // `address`: the head's HOST:PORT, connected by start(); or `injected`, a head client to use
+  // instead (nothing is connected, no head keeper runs).
+  StandingBackend(ClusterImpl& cluster, std::string address, std::unique_ptr<HeadClient> injected)
+      : c_(cluster), address_(std::move(address)), injected_(std::move(injected)) {}
+
+  void start() override;
+  void refresh_hosts() override;
+  std::shared_ptr<AgentClient> reconnect_agent(size_t host) override;
+  void describe_host(size_t host, HostInfo& info) const override {
+    info.agent_pid = c_.host_records_[host].agent_pid;
+    info.alive = c_.host_records_[host].alive;
+  }
+  void mark_lost(const std::vector<std::shared_ptr<WorkerState>>& lost,
+                 const std::string& host_name, const std::string& address,
+                 const Error& reason) override;
+  std::string own_class_executable() const override {
+    return env::self_executable();  // the agent's own binary is `troupe`
+  }
+  void stop(const std::vector<std::shared_ptr<WorkerState>>& workers) override;
+
+ private:
+  // Connects to the head at address_ (blocking; not on the I/O thread): heartbeats on, its events
+  // to on_head_event, its close wakes keep_head. Throws the connection's Error.
+  std::shared_ptr<transport::RpcPeer> connect_head();
+  // The head keeper's thread: once the head's connection is lost, connects again every
+  // kHeadReconnectInterval and books this driver's placement groups with the head again.
+  void keep_head();
+  // Reads the hosts and connects to the live ones' agents; throws kResourceUnavailable when none
+  // is reachable.
+  void attach_hosts();
+  void on_head_event(wire::Event&& event);  // I/O thread
+
+  ClusterImpl& c_;
+  std::string address_;
+  std::unique_ptr<HeadClient> injected_;  // moved to the cluster by start()
+  RemoteHeadClient* remote_ = nullptr;    // the cluster's head_client_, when by address
+  std::mutex mu_;                         // guards the members below
+  std::condition_variable keeper_cv_;
+  std::shared_ptr<transport::RpcPeer> peer_;  // the connection to the head
+  bool head_lost_ = false, stopping_ = false;
+  std::thread keeper_;
+};
+
+void StandingBackend::start() {
+  c_.make_session_dir(false);
   for (unsigned char c : token::random_bytes(4))
-    id_prefix_ += "0123456789abcdef"[c >> 4], id_prefix_ += "0123456789abcdef"[c & 15];
-  id_prefix_ += ".";  // other drivers share the head and the agents
-  if (address.find(':') == std::string::npos)
+    c_.id_prefix_ += "0123456789abcdef"[c >> 4], c_.id_prefix_ += "0123456789abcdef"[c & 15];
+  c_.id_prefix_ += ".";  // other drivers share the head and the agents
+  if (injected_) {
+    address_ = c_.options_.address.empty() ? "(injected head)" : c_.options_.address;
+    c_.head_client_ = std::move(injected_);
+    attach_hosts();
+    c_.make_store();
+    return;
+  }
+  if (address_.find(':') == std::string::npos)
     throw Error(ErrorCode::kInvalidArgument,
-                "the cluster address '" + address + "' is not HOST:PORT (TROUPE_ADDRESS)");
-  token_ = env::get_or(launch_env::kToken, "");
-  if (auto file = env::get(launch_env::kTokenFile); token_.empty() && file && !file->empty())
-    token_ = token::read_file(*file);
-  if (token_.empty())
+                "the cluster address '" + address_ + "' is not HOST:PORT (TROUPE_ADDRESS)");
+  c_.token_ = env::get_or(launch_env::kToken, "");
+  if (auto file = env::get(launch_env::kTokenFile); c_.token_.empty() && file && !file->empty())
+    c_.token_ = token::read_file(*file);
+  if (c_.token_.empty())
     throw Error(ErrorCode::kUnauthenticated,
-                "connecting to the cluster at " + address +
+                "connecting to the cluster at " + address_ +
                     " needs its token: set TROUPE_TOKEN, or TROUPE_TOKEN_FILE to the token file "
                     "that `troupe start --head` printed");
+  std::shared_ptr<transport::RpcPeer> peer;
+  try {
+    peer = connect_head();
+  } catch (const Error& e) {
+    throw Error(e.code(),
+                "cannot connect to the cluster's head at " + address_ + ": " + e.message());
+  }
+  auto remote = std::make_unique<RemoteHeadClient>(peer, address_, kHeadRequestTimeout);
+  remote_ = remote.get();
+  c_.head_client_ = std::move(remote);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peer_ = peer;
+  }
+  keeper_ = std::thread([this] { keep_head(); });
+  attach_hosts();
+  c_.make_store();
+}
+
+std::shared_ptr<transport::RpcPeer> StandingBackend::connect_head() {
   std::promise<std::shared_ptr<transport::RpcPeer>> done;
   auto fut = done.get_future();
   transport::async_connect(
-      loop_->context(), "tcp:" + address, token_, kHeadConnectTimeout,
+      c_.loop_->context(), "tcp:" + address_, c_.token_, kHeadConnectTimeout,
       [this, &done](std::shared_ptr<transport::Connection> c, const Error* error) {
         if (error) {
           done.set_exception(std::make_exception_ptr(*error));
@@ -51,39 +128,63 @@ void ClusterImpl::connect_standing(const std::string& address) {
         transport::RpcPeer::Handlers h;
         h.on_event = [this](wire::Event&& e) { on_head_event(std::move(e)); };
         h.on_close = [this](const Error& reason) {
+          {
+            std::lock_guard<std::mutex> lock(c_.mu_);
+            if (c_.shut_down_) return;
+          }
+          TROUPE_LOG(Warning) << "lost the head at " << address_ << " (" << reason.message()
+                              << "): calls to live workers go on; new placements fail until it "
+                                 "is back";
           std::lock_guard<std::mutex> lock(mu_);
-          if (shut_down_) return;
-          TROUPE_LOG(Warning) << "lost the head at " << head_address_ << " (" << reason.message()
-                              << "): calls to live workers go on; new placements fail";
+          head_lost_ = true;
+          keeper_cv_.notify_all();
         };
         done.set_value(transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h)));
       });
-  try {
-    head_peer_ = fut.get();
-  } catch (const Error& e) {
-    throw Error(e.code(),
-                "cannot connect to the cluster's head at " + address + ": " + e.message());
-  }
-  head_peer_->start_heartbeat(options_.heartbeat_interval, options_.host_lost_timeout);
-  head_client_ = make_remote_head_client(head_peer_, address, kHeadRequestTimeout);
-  attach_hosts();
-  make_store();
+  auto peer = fut.get();  // throws the connection's error
+  peer->start_heartbeat(c_.options_.heartbeat_interval, c_.options_.host_lost_timeout);
+  return peer;
 }
 
-void ClusterImpl::attach_hosts() {
-  const std::string& address = head_address_;
+void StandingBackend::keep_head() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    keeper_cv_.wait(lock, [this] { return stopping_ || head_lost_; });
+    // The agents' back-off: a new try every reconnect interval.
+    if (keeper_cv_.wait_for(lock, kHeadReconnectInterval, [this] { return stopping_; })) return;
+    head_lost_ = false;  // a close from here on (of the new connection too) sets it again
+    lock.unlock();
+    std::shared_ptr<transport::RpcPeer> peer;
+    try {
+      peer = connect_head();
+      size_t booked = remote_->reattach(peer, kRestoreHostsWait);
+      TROUPE_LOG(Warning) << "connected to the head at " << address_ << " again: " << booked
+                          << " placement group(s) of this driver booked again";
+    } catch (const Error& e) {
+      TROUPE_LOG(Debug) << "the head at " << address_ << " is not back: " << e.message();
+      if (peer) peer->close(e);
+      lock.lock();
+      head_lost_ = true;
+      continue;
+    }
+    lock.lock();
+    peer_ = peer;
+  }
+}
+
+void StandingBackend::attach_hosts() {
   refresh_hosts();
   size_t alive = 0, connected = 0;
   std::vector<head::HostRecord> records;
   {
-    std::lock_guard<std::mutex> lock(hosts_mu_);
-    records = host_records_;
+    std::lock_guard<std::mutex> lock(c_.hosts_mu_);
+    records = c_.host_records_;
   }
   for (size_t i = 0; i < records.size(); ++i) {
     if (!records[i].alive) continue;
     ++alive;
     try {
-      agent(i);
+      c_.agent(i);
       ++connected;
     } catch (const Error& e) {
       TROUPE_LOG(Warning) << "cannot reach the agent of " << records[i].host_name << ": "
@@ -92,26 +193,66 @@ void ClusterImpl::attach_hosts() {
   }
   if (connected == 0)
     throw Error(ErrorCode::kResourceUnavailable,
-                "the cluster at " + address + " has " +
+                "the cluster at " + address_ + " has " +
                     (alive == 0 ? std::string("no live host")
                                 : std::to_string(alive) + " live host(s), none reachable") +
-                    ": join hosts with `troupe start --address " + address + "`");
-  TROUPE_LOG(Info) << "connected to the cluster at " << address << ": " << connected << " host(s)";
+                    ": join hosts with `troupe start --address " + address_ + "`");
+  TROUPE_LOG(Info) << "connected to the cluster at " << address_ << ": " << connected << " host(s)";
 }
 
-void ClusterImpl::refresh_hosts() const {
-  auto records = head_client_->hosts();
+void StandingBackend::refresh_hosts() {
+  auto records = c_.head_client_->hosts();
   const std::string mine = env::network_id();
-  std::lock_guard<std::mutex> lock(hosts_mu_);
-  if (agents_.size() < records.size()) agents_.resize(records.size());
+  std::lock_guard<std::mutex> lock(c_.hosts_mu_);
+  if (c_.agents_.size() < records.size()) c_.agents_.resize(records.size());
   for (size_t i = 0; i < records.size(); ++i) {
-    agents_[i].host_name = records[i].host_name;
-    agents_[i].same_network = records[i].network_id == mine;
+    c_.agents_[i].host_name = records[i].host_name;
+    c_.agents_[i].same_network = records[i].network_id == mine;
   }
-  host_records_ = std::move(records);
+  c_.host_records_ = std::move(records);
 }
 
-void ClusterImpl::on_head_event(wire::Event&& event) {
+std::shared_ptr<AgentClient> StandingBackend::reconnect_agent(size_t host) {
+  refresh_hosts();
+  head::HostRecord record;
+  bool same_network = false;
+  {
+    std::lock_guard<std::mutex> lock(c_.hosts_mu_);
+    if (host >= c_.host_records_.size())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "host index " + std::to_string(host) + " is out of range: the cluster at " +
+                      address_ + " has " + std::to_string(c_.host_records_.size()) + " hosts");
+    record = c_.host_records_[host];
+    same_network = c_.agents_[host].same_network;
+  }
+  if (!record.alive)
+    throw Error(ErrorCode::kHostLost, "host " + record.host_name + " (id " + std::to_string(host) +
+                                          ", " + record.address +
+                                          ") is lost: its agent is not connected to the head");
+  auto client =
+      c_.open_agent(host, same_network ? record.unix_endpoint : record.tcp_endpoint, true);
+  std::lock_guard<std::mutex> lock(c_.hosts_mu_);
+  auto& link = c_.agents_[host];
+  if (link.client && !link.client->closed()) {  // another thread connected meanwhile
+    client->close(Error(ErrorCode::kShutdown, "a duplicate connection"));
+    return link.client;
+  }
+  link.client = client;
+  return client;
+}
+
+void StandingBackend::mark_lost(const std::vector<std::shared_ptr<WorkerState>>& lost,
+                                const std::string& host_name, const std::string& address,
+                                const Error& reason) {
+  if (!lost.empty())
+    TROUPE_LOG(Warning) << "host " << host_name << " (" << address << ") is lost ("
+                        << reason.message() << "): " << lost.size() << " worker(s) lost with it";
+  for (const auto& w : lost)
+    w->mark_dead(Error(ErrorCode::kHostLost, w->describe() + " is lost with its host " + host_name +
+                                                 " (" + address + "): " + reason.message()));
+}
+
+void StandingBackend::on_head_event(wire::Event&& event) {
   if (event.name != control::HostLost::kEvent) return;
   control::HostLost lost;
   try {
@@ -120,72 +261,59 @@ void ClusterImpl::on_head_event(wire::Event&& event) {
     TROUPE_LOG(Warning) << "the head sent a bad event: " << e.message();
     return;
   }
+  // The event names the host by the head's id; this driver's ids may differ (a restarted head
+  // numbers hosts anew): the name decides.
   std::shared_ptr<AgentClient> client;
+  std::optional<size_t> host;
   {
-    std::lock_guard<std::mutex> lock(hosts_mu_);
-    if (lost.index >= 0 && static_cast<size_t>(lost.index) < agents_.size())
-      client = agents_[lost.index].client;
+    std::lock_guard<std::mutex> lock(c_.hosts_mu_);
+    for (size_t i = 0; i < c_.agents_.size() && !host; ++i)
+      if (c_.agents_[i].host_name == lost.name) host = i;
+    if (host) client = c_.agents_[*host].client;
   }
   // Runs on the I/O thread (the head's events), where last_heard() may be read. A host this
   // driver heard from within two heartbeat intervals is reachable from here: the head lost its
   // own link to it (a flap, or a partition between head and host), and its workers go on; this
   // driver's own heartbeat still ends the connection if the host goes silent.
   if (client && !client->closed() &&
-      std::chrono::steady_clock::now() - client->last_heard() < 2 * options_.heartbeat_interval) {
+      std::chrono::steady_clock::now() - client->last_heard() <
+          2 * c_.options_.heartbeat_interval) {
     TROUPE_LOG(Info) << "the head lost host " << lost.name << " (" << lost.reason
                      << "), but this driver still hears from its agent: its workers go on";
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(hosts_mu_);
-    if (lost.index >= 0 && static_cast<size_t>(lost.index) < host_records_.size())
-      host_records_[lost.index].alive = false;
+    std::lock_guard<std::mutex> lock(c_.hosts_mu_);
+    if (host && *host < c_.host_records_.size()) c_.host_records_[*host].alive = false;
   }
   // The head noticed first: the same as our own heartbeat running out.
   if (client) client->close(Error(ErrorCode::kHostLost, "the head lost it: " + lost.reason));
 }
 
-void ClusterImpl::print_worker_log(control::WorkerLog&& log) {
-  pid_t pid = 0;
+void StandingBackend::stop(const std::vector<std::shared_ptr<WorkerState>>& workers) {
+  // Only this driver's workers stop; the head and the agents keep serving other drivers.
+  ClusterImpl::stop_workers(workers, kStandingStopGrace);
+  std::shared_ptr<transport::RpcPeer> peer;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = workers_.find(user_name(log.name)); it != workers_.end()) pid = it->second->pid();
+    stopping_ = true;
+    keeper_cv_.notify_all();
   }
-  std::string text;
-  for (const auto& line : log.lines)
-    text += "(" + user_name(log.name) + " pid=" + std::to_string(pid) + ") " + line + "\n";
-  ssize_t unused = ::write(log.is_stderr ? STDERR_FILENO : STDOUT_FILENO, text.data(), text.size());
-  (void)unused;
+  if (keeper_.joinable()) keeper_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peer = peer_;
+  }
+  if (peer) peer->close(Error(ErrorCode::kShutdown, "the driver shut down"));
 }
 
-void ClusterImpl::shutdown_standing() {
-  std::vector<std::shared_ptr<WorkerState>> workers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (shut_down_) return;
-    shut_down_ = true;
-    for (const auto& [name, w] : workers_) workers.push_back(w);
-  }
-  if (!loop_) return;
-  for (auto& w : workers)
-    w->mark_dead(Error(ErrorCode::kShutdown, w->describe() + " was shut down with the cluster"));
-  if (store_) store_->shutdown();
-  // Only this driver's workers stop; the head and the agents keep serving other drivers.
-  stop_workers(workers, kStandingStopGrace);
-  std::vector<std::shared_ptr<AgentClient>> clients;
-  {
-    std::lock_guard<std::mutex> lock(hosts_mu_);
-    for (const auto& a : agents_)
-      if (a.client) clients.push_back(a.client);
-  }
-  for (auto& c : clients) c->close(Error(ErrorCode::kShutdown, "the driver shut down"));
-  if (head_peer_) head_peer_->close(Error(ErrorCode::kShutdown, "the driver shut down"));
-  loop_->run_sync([] {});
-  loop_->stop();
-  if (!session_.dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(session_.socket_dir, ec);
-  }
+std::unique_ptr<ClusterBackend> make_standing_backend(ClusterImpl& cluster, std::string address) {
+  return std::make_unique<StandingBackend>(cluster, std::move(address), nullptr);
+}
+
+std::unique_ptr<ClusterBackend> make_injected_backend(ClusterImpl& cluster,
+                                                      std::unique_ptr<HeadClient> head) {
+  return std::make_unique<StandingBackend>(cluster, "", std::move(head));
 }
 
 }  // namespace troupe::internal

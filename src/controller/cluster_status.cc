@@ -53,15 +53,21 @@ Value ClusterImpl::status() const {
   auto memory = host_memory(std::chrono::seconds(10));
   std::vector<std::string> free;
   try {
-    if (head_client_) free = head_client_->describe_free();
+    free = head_client_->describe_free();
   } catch (const Error& e) {
     TROUPE_LOG(Warning) << "status: " << e.message();
+  }
+  std::vector<std::string> tcp_endpoints;  // for tools that ask the agents (`troupe logs`)
+  {
+    std::lock_guard<std::mutex> lock(hosts_mu_);
+    for (const auto& r : host_records_) tcp_endpoints.push_back(r.tcp_endpoint);
   }
   for (const auto& h : this->hosts()) {
     Map host{{"name", h.name},     {"address", h.address},
              {"cpus", h.num_cpus}, {"gpus", static_cast<int64_t>(h.gpu_ids.size())},
              {"alive", h.alive},   {"agent_pid", static_cast<int64_t>(h.agent_pid)}};
     if (h.index < free.size()) host.emplace_back("reserved", free[h.index]);
+    if (h.index < tcp_endpoints.size()) host.emplace_back("tcp_endpoint", tcp_endpoints[h.index]);
     for (const auto& m : memory)
       if (m.host == h.name) {
         host.emplace_back("memory_total", m.total_bytes);
@@ -87,12 +93,10 @@ Value ClusterImpl::status() const {
 }
 
 std::vector<HostInfo> ClusterImpl::hosts() const {
-  if (standing_) {
-    try {
-      refresh_hosts();
-    } catch (const Error& e) {
-      TROUPE_LOG(Warning) << "the host list may be stale: " << e.message();
-    }
+  try {
+    backend_->refresh_hosts();
+  } catch (const Error& e) {
+    TROUPE_LOG(Warning) << "the host list may be stale: " << e.message();
   }
   std::vector<HostInfo> out;
   std::lock_guard<std::mutex> lock(hosts_mu_);
@@ -105,8 +109,7 @@ std::vector<HostInfo> ClusterImpl::hosts() const {
     h.num_cpus = r.num_cpus;
     h.gpu_ids = r.gpu_ids;
     h.labels = r.labels;
-    h.agent_pid = standing_ ? r.agent_pid : agents_[i].pid;
-    h.alive = standing_ ? r.alive : agents_[i].client && !agents_[i].client->closed();
+    backend_->describe_host(i, h);
     out.push_back(h);
   }
   return out;

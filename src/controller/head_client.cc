@@ -1,5 +1,9 @@
 #include "controller/head_client.h"
 
+#include <algorithm>
+#include <thread>
+
+#include "common/log.h"
 #include "wire/head_protocol.h"
 
 namespace troupe::internal {
@@ -26,81 +30,23 @@ class EmbeddedHeadClient : public HeadClient {
   head::Head& head_;
 };
 
-class RemoteHeadClient : public HeadClient {
- public:
-  RemoteHeadClient(std::shared_ptr<transport::RpcPeer> peer, std::string address,
-                   std::chrono::milliseconds timeout)
-      : peer_(std::move(peer)), address_(std::move(address)), timeout_(timeout) {}
-
-  std::vector<head::HostRecord> hosts() override {
-    std::vector<head::HostRecord> out;
-    for (const auto& e : control::ListHosts::reply_from(ask(control::ListHosts::kMethod, {}))) {
-      head::HostRecord r;
-      r.host_name = e.host.host_name;
-      r.address = e.host.address;
-      r.num_cpus = e.host.num_cpus;
-      r.gpu_ids = e.host.gpu_ids;
-      r.labels = e.host.labels;
-      r.unix_endpoint = e.host.unix_endpoint;
-      r.tcp_endpoint = e.host.tcp_endpoint;
-      r.agent_pid = static_cast<pid_t>(e.host.pid);
-      r.machine_id = e.host.machine_id;
-      r.network_id = e.host.network_id;
-      r.memory_bytes = e.host.memory_bytes;
-      r.alive = e.alive;
-      r.registered = e.registered;
-      out.push_back(std::move(r));
-    }
-    return out;
-  }
-
-  std::vector<head::BundlePlacement> reserve(const std::string& group_id,
-                                             const std::vector<head::BundleRequest>& bundles,
-                                             head::Strategy strategy,
-                                             std::optional<size_t> only_host) override {
-    control::Reserve m;
-    m.group_id = group_id;
-    for (const auto& b : bundles)
-      m.bundles.push_back(control::BundleSpec{b.cpus, b.gpus, b.memory_bytes, b.labels});
-    m.strategy = head::strategy_name(strategy);
-    m.only_host = only_host ? static_cast<int64_t>(*only_host) : -1;
-    auto reply = control::ReserveReply::from(ask(control::Reserve::kMethod, m.to_map()));
-    std::vector<head::BundlePlacement> out;
-    for (const auto& p : reply.bundles)
-      out.push_back(head::BundlePlacement{static_cast<size_t>(p.host), p.gpu_ids, p.gpu_share});
-    return out;
-  }
-
-  bool release(const std::string& group_id) override {
-    return ask(control::Release::kMethod, control::Release{group_id}.to_map()).as<bool>();
-  }
-
-  std::vector<std::string> describe_free() override {
-    return ask(control::DescribeFree::kMethod, {}).as<std::vector<std::string>>();
-  }
-
- private:
-  Value ask(const char* method, const Map& kwargs) {
-    if (peer_->closed())
-      throw Error(
-          ErrorCode::kConnectionLost,
-          "the head at " + address_ + " is gone: placements need it (calls to live workers go on)");
-    try {
-      return peer_->call(method, kwargs, std::string("head request '") + method + "'")
-          .get(timeout_);
-    } catch (const Error& e) {
-      if (e.code() == ErrorCode::kConnectionLost || e.code() == ErrorCode::kTimeout)
-        throw Error(e.code(), "the head at " + address_ + " did not answer " + method + " (" +
-                                  e.message() +
-                                  "): placements need it (calls to live workers go on)");
-      throw;
-    }
-  }
-
-  std::shared_ptr<transport::RpcPeer> peer_;
-  std::string address_;
-  std::chrono::milliseconds timeout_;
-};
+head::HostRecord to_record(const control::HostEntry& e) {
+  head::HostRecord r;
+  r.host_name = e.host.host_name;
+  r.address = e.host.address;
+  r.num_cpus = e.host.num_cpus;
+  r.gpu_ids = e.host.gpu_ids;
+  r.labels = e.host.labels;
+  r.unix_endpoint = e.host.unix_endpoint;
+  r.tcp_endpoint = e.host.tcp_endpoint;
+  r.agent_pid = static_cast<pid_t>(e.host.pid);
+  r.machine_id = e.host.machine_id;
+  r.network_id = e.host.network_id;
+  r.memory_bytes = e.host.memory_bytes;
+  r.alive = e.alive;
+  r.registered = e.registered;
+  return r;
+}
 
 }  // namespace
 
@@ -108,10 +54,198 @@ std::unique_ptr<HeadClient> make_embedded_head_client(std::shared_ptr<head::Head
   return std::make_unique<EmbeddedHeadClient>(std::move(head));
 }
 
-std::unique_ptr<HeadClient> make_remote_head_client(std::shared_ptr<transport::RpcPeer> peer,
-                                                    std::string address,
-                                                    std::chrono::milliseconds timeout) {
-  return std::make_unique<RemoteHeadClient>(std::move(peer), std::move(address), timeout);
+RemoteHeadClient::RemoteHeadClient(std::shared_ptr<transport::RpcPeer> peer, std::string address,
+                                   std::chrono::milliseconds timeout)
+    : peer_(std::move(peer)), address_(std::move(address)), timeout_(timeout) {}
+
+std::vector<head::HostRecord> RemoteHeadClient::hosts() {
+  std::shared_ptr<transport::RpcPeer> peer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peer = peer_;
+  }
+  return list(peer);
+}
+
+std::vector<head::HostRecord> RemoteHeadClient::list(
+    const std::shared_ptr<transport::RpcPeer>& peer) {
+  auto entries = control::ListHosts::reply_from(ask_on(peer, control::ListHosts::kMethod, {}));
+  std::lock_guard<std::mutex> lock(mu_);
+  head_ids_.clear();
+  std::vector<char> listed;
+  for (const auto& e : entries) {
+    head::HostRecord r = to_record(e);
+    size_t id = driver_id_locked(r.host_name);
+    head_ids_[r.host_name] = static_cast<size_t>(e.index);
+    known_[id] = std::move(r);
+    listed.resize(known_.size());
+    listed[id] = 1;
+  }
+  listed.resize(known_.size());
+  for (size_t i = 0; i < known_.size(); ++i)
+    if (!listed[i]) known_[i].alive = false;  // the head (a new one) does not know it
+  return known_;
+}
+
+size_t RemoteHeadClient::driver_id_locked(const std::string& name) {
+  for (size_t i = 0; i < known_.size(); ++i)
+    if (known_[i].host_name == name) return i;
+  head::HostRecord r;
+  r.host_name = name;
+  known_.push_back(std::move(r));
+  return known_.size() - 1;
+}
+
+size_t RemoteHeadClient::head_id(size_t host) {
+  for (bool listed = false;; listed = true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (host < known_.size())
+        if (auto it = head_ids_.find(known_[host].host_name); it != head_ids_.end())
+          return it->second;
+      if (listed && host >= known_.size())
+        throw Error(ErrorCode::kInvalidArgument,
+                    "host index " + std::to_string(host) + " is out of range: the cluster at " +
+                        address_ + " has " + std::to_string(known_.size()) + " hosts");
+      if (listed)
+        throw Error(
+            ErrorCode::kResourceUnavailable,
+            "host " + known_[host].host_name + " is not registered with the head at " + address_);
+    }
+    hosts();
+  }
+}
+
+std::vector<head::BundlePlacement> RemoteHeadClient::reserve(
+    const std::string& group_id, const std::vector<head::BundleRequest>& bundles,
+    head::Strategy strategy, std::optional<size_t> only_host) {
+  control::Reserve m;
+  m.group_id = group_id;
+  for (const auto& b : bundles)
+    m.bundles.push_back(control::BundleSpec{b.cpus, b.gpus, b.memory_bytes, b.labels});
+  m.strategy = head::strategy_name(strategy);
+  m.only_host = only_host ? static_cast<int64_t>(head_id(*only_host)) : -1;
+  auto reply = control::ReserveReply::from(ask(control::Reserve::kMethod, m.to_map()));
+  Held held{bundles, {}, {}};
+  for (bool listed = false; held.placements.size() < reply.bundles.size(); listed = true) {
+    if (listed) hosts();  // a host the head placed on joined since the last list
+    std::lock_guard<std::mutex> lock(mu_);
+    held.hosts.clear();
+    held.placements.clear();
+    for (const auto& p : reply.bundles) {
+      auto it = std::find_if(head_ids_.begin(), head_ids_.end(), [&](const auto& e) {
+        return e.second == static_cast<size_t>(p.host);
+      });
+      if (it == head_ids_.end()) {
+        if (listed)
+          throw Error(ErrorCode::kProtocol,
+                      "the head at " + address_ + " placed a bundle on host " +
+                          std::to_string(p.host) + ", which it does not list");
+        break;
+      }
+      held.hosts.push_back(it->first);
+      held.placements.push_back(
+          head::BundlePlacement{driver_id_locked(it->first), p.gpu_ids, p.gpu_share});
+    }
+    if (held.placements.size() == reply.bundles.size()) held_[group_id] = held;
+  }
+  return held.placements;
+}
+
+bool RemoteHeadClient::release(const std::string& group_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.erase(group_id);  // not booked again, also when the head is gone now
+  }
+  return ask(control::Release::kMethod, control::Release{group_id}.to_map()).as<bool>();
+}
+
+std::vector<std::string> RemoteHeadClient::describe_free() {
+  return ask(control::DescribeFree::kMethod, {}).as<std::vector<std::string>>();
+}
+
+size_t RemoteHeadClient::reattach(std::shared_ptr<transport::RpcPeer> peer,
+                                  std::chrono::milliseconds hosts_timeout) {
+  std::map<std::string, Held> held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held = held_;
+  }
+  auto deadline = std::chrono::steady_clock::now() + hosts_timeout;
+  for (;;) {  // until the head lists every host a reservation is on
+    auto listed = list(peer);
+    bool all = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, h] : held)
+        for (const auto& p : h.placements) all = all && known_.at(p.host).alive;
+    }
+    if (all || std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  size_t booked = 0;
+  for (const auto& [id, h] : held) {
+    try {
+      control::Restore m{id, {}, {}};
+      for (size_t b = 0; b < h.bundles.size(); ++b) {
+        const auto& r = h.bundles[b];
+        m.bundles.push_back(control::BundleSpec{r.cpus, r.gpus, r.memory_bytes, r.labels});
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = head_ids_.find(h.hosts[b]);
+        if (it == head_ids_.end() || !known_.at(h.placements[b].host).alive)
+          throw Error(ErrorCode::kResourceUnavailable,
+                      "its host " + h.hosts[b] + " is not registered with the head");
+        m.placed.push_back(control::PlacedBundle{
+            static_cast<int64_t>(it->second), h.placements[b].gpu_ids, h.placements[b].gpu_share});
+      }
+      ask_on(peer, control::Restore::kMethod, m.to_map());
+      ++booked;
+    } catch (const Error& e) {
+      if (peer->closed()) throw;
+      TROUPE_LOG(Warning) << "placement group " << id << " is not booked with the head at "
+                          << address_ << " (" << e.message()
+                          << "): its resources may be given to others";
+      std::lock_guard<std::mutex> lock(mu_);
+      held_.erase(id);
+      continue;
+    }
+    bool released;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      released = !held_.count(id);
+    }
+    if (released)  // while it was being booked again
+      ask_on(peer, control::Release::kMethod, control::Release{id}.to_map());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  peer_ = std::move(peer);
+  return booked;
+}
+
+Value RemoteHeadClient::ask(const char* method, const Map& kwargs) {
+  std::shared_ptr<transport::RpcPeer> peer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peer = peer_;
+  }
+  return ask_on(peer, method, kwargs);
+}
+
+Value RemoteHeadClient::ask_on(const std::shared_ptr<transport::RpcPeer>& peer, const char* method,
+                               const Map& kwargs) {
+  if (peer->closed())
+    throw Error(
+        ErrorCode::kConnectionLost,
+        "the head at " + address_ + " is gone: placements need it (calls to live workers go on)");
+  try {
+    return peer->call(method, kwargs, std::string("head request '") + method + "'").get(timeout_);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kConnectionLost || e.code() == ErrorCode::kTimeout)
+      throw Error(e.code(), "the head at " + address_ + " did not answer " + method + " (" +
+                                e.message() +
+                                "): placements need it (calls to live workers go on)");
+    throw;
+  }
 }
 
 }  // namespace troupe::internal

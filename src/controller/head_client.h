@@ -1,13 +1,15 @@
 // How the controller reaches the head: the host list and placement. Two implementations: the
 // head embedded in this process (make_embedded_head_client) and a standing head over TCP
-// (make_remote_head_client); unit tests of the controller use a fake (tests/fake_head_client.h).
+// (RemoteHeadClient); unit tests of the controller use a fake (tests/fake_head_client.h).
 //
 // Threads: implementations are thread-safe. Every function may block (the remote one makes one
 // round trip, at most `timeout`) and must not be called on the I/O thread.
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,14 +36,66 @@ class HeadClient {
   virtual std::vector<std::string> describe_free() = 0;
 };
 
+// A standing head over TCP, as one driver sees it.
+// Host ids are the driver's: a host keeps the id it had when this client first listed it, also
+// across a restart of the head, which numbers hosts in the order they register again (hosts are
+// matched by name, which the head keeps unique). The reservations this driver holds are
+// remembered, so that a new connection (to a restarted head, or to one that released them when
+// the old connection was lost) books them again where they are: reattach().
+class RemoteHeadClient : public HeadClient {
+ public:
+  // Requests go over `peer`, an authenticated connection to the head at `address`. Once the
+  // connection is closed, every function throws Error(kConnectionLost) saying that placements
+  // need the head while calls to live workers go on, until reattach() installs a new one.
+  RemoteHeadClient(std::shared_ptr<transport::RpcPeer> peer, std::string address,
+                   std::chrono::milliseconds timeout);
+
+  std::vector<head::HostRecord> hosts() override;
+  std::vector<head::BundlePlacement> reserve(const std::string& group_id,
+                                             const std::vector<head::BundleRequest>& bundles,
+                                             head::Strategy strategy,
+                                             std::optional<size_t> only_host) override;
+  bool release(const std::string& group_id) override;
+  std::vector<std::string> describe_free() override;
+
+  // Books every reservation this driver holds again over `peer` (a new connection to the head)
+  // where it is, then sends every request over `peer`. Waits up to `hosts_timeout` for the
+  // hosts they are on to be registered with the head; a reservation that cannot be booked (its
+  // host did not come back, or the head gave its resources to another driver meanwhile) is
+  // forgotten with a warning. Returns how many were booked. Throws Error when `peer` fails (the
+  // old connection stays in use). Blocking; not on the I/O thread; one call at a time.
+  size_t reattach(std::shared_ptr<transport::RpcPeer> peer,
+                  std::chrono::milliseconds hosts_timeout);
+
+ private:
+  struct Held {  // a reservation of this driver
+    std::vector<head::BundleRequest> bundles;
+    std::vector<std::string> hosts;                 // per bundle, the host's name
+    std::vector<head::BundlePlacement> placements;  // host: the driver's id
+  };
+
+  Value ask(const char* method, const Map& kwargs);
+  Value ask_on(const std::shared_ptr<transport::RpcPeer>& peer, const char* method,
+               const Map& kwargs);
+  // Lists the hosts over `peer`, records the head's ids (head_ids_) and the driver's (names_).
+  std::vector<head::HostRecord> list(const std::shared_ptr<transport::RpcPeer>& peer);
+  // The head's id of the host with driver id `host`; lists the hosts once when unknown. Throws
+  // Error(kInvalidArgument) for an id this driver never saw, kResourceUnavailable for a host the
+  // head does not know now.
+  size_t head_id(size_t host);
+  size_t driver_id_locked(const std::string& name);
+
+  std::mutex mu_;
+  std::shared_ptr<transport::RpcPeer> peer_;
+  const std::string address_;
+  const std::chrono::milliseconds timeout_;
+  std::vector<head::HostRecord> known_;     // by driver id: the last record listed
+  std::map<std::string, size_t> head_ids_;  // host name -> the current head's id
+  std::map<std::string, Held> held_;        // by group id
+};
+
 // The client keeps `head` alive: a VirtualCluster released after its Cluster shut down (and
 // dropped its own reference) still reaches a valid, closed head.
 std::unique_ptr<HeadClient> make_embedded_head_client(std::shared_ptr<head::Head> head);
-// Requests go over `peer`, an authenticated connection to a standing head at `address`. Once the
-// connection is closed, every function throws Error(kConnectionLost) saying that placements need
-// the head while calls to live workers go on.
-std::unique_ptr<HeadClient> make_remote_head_client(std::shared_ptr<transport::RpcPeer> peer,
-                                                    std::string address,
-                                                    std::chrono::milliseconds timeout);
 
 }  // namespace troupe::internal

@@ -1,3 +1,6 @@
+#include "controller/init.h"
+
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -9,12 +12,18 @@
 #include "worker/worker_main.h"
 
 namespace troupe {
+namespace {
+std::atomic<bool> initialised_flag{false};
+}  // namespace
+
+bool internal::initialised() { return initialised_flag.load(std::memory_order_acquire); }
 
 void init(int argc, char** argv) {
   (void)argc;
   (void)argv;
   int code = run_role();
   if (code >= 0) std::exit(code);
+  initialised_flag.store(true, std::memory_order_release);
 }
 
 int run_role() {

@@ -223,21 +223,16 @@ void Head::serve_driver_request(wire::Request&& r, const transport::Responder& r
       auto placed = reserve(
           m.group_id, bundles, parse_strategy(m.strategy),
           m.only_host < 0 ? std::nullopt : std::optional<size_t>(static_cast<size_t>(m.only_host)));
-      bool first = false;
-      std::chrono::milliseconds interval{0}, timeout{0};
-      if (from) {
-        std::lock_guard<std::mutex> lock(mu_);
-        first = !reservations_of_.count(from.get());
-        reservations_of_[from.get()].insert(m.group_id);
-        interval = heartbeat_interval_;
-        timeout = heartbeat_timeout_;
-      }
-      if (first && interval.count() > 0) from->start_heartbeat(interval, timeout);
+      lease(from, m.group_id);
       control::ReserveReply reply;
       for (const auto& p : placed)
         reply.bundles.push_back(
             control::PlacedBundle{static_cast<int64_t>(p.host), p.gpu_ids, p.gpu_share});
       return resp.reply(reply.to_value());
+    }
+    if (r.method == control::Restore::kMethod) {
+      restore_for(from, control::Restore::from(r.kwargs));
+      return resp.reply(Value());
     }
     if (r.method == control::Release::kMethod) {
       std::string id = control::Release::from(r.kwargs).group_id;
@@ -251,11 +246,45 @@ void Head::serve_driver_request(wire::Request&& r, const transport::Responder& r
     if (r.method == control::DescribeFree::kMethod) return resp.reply(to_value(describe_free()));
     resp.fail(Error(ErrorCode::kUnknownMethod,
                     "the head has no method '" + r.method +
-                        "' (register_agent, list_hosts, reserve, release, describe_free, status)"));
+                        "' (register_agent, list_hosts, reserve, restore, release, describe_free, "
+                        "status)"));
   } catch (const Error& e) {
     resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
                     "head: " + r.method + ": " + e.message()));
   }
+}
+
+void Head::restore_for(const std::shared_ptr<transport::RpcPeer>& from,
+                       const wire::control::Restore& m) {
+  std::vector<BundleRequest> bundles;
+  std::vector<BundlePlacement> placed;
+  for (size_t b = 0; b < m.bundles.size(); ++b) {
+    const auto& s = m.bundles[b];
+    const auto& p = m.placed[b];
+    if (p.host < 0)
+      throw Error(ErrorCode::kInvalidArgument, "bundle " + std::to_string(b) + " is on host " +
+                                                   std::to_string(p.host) + ", a negative id");
+    bundles.push_back(BundleRequest{s.cpus, s.gpus, s.memory_bytes, s.labels});
+    placed.push_back(BundlePlacement{static_cast<size_t>(p.host), p.gpu_ids, p.gpu_share});
+  }
+  restore(m.group_id, bundles, placed);
+  lease(from, m.group_id);
+  TROUPE_LOG(Info) << "placement group " << m.group_id << " booked again (" << bundles.size()
+                   << " bundle(s))";
+}
+
+void Head::lease(const std::shared_ptr<transport::RpcPeer>& from, const std::string& group_id) {
+  if (!from) return;
+  bool first = false;
+  std::chrono::milliseconds interval{0}, timeout{0};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    first = !reservations_of_.count(from.get());
+    reservations_of_[from.get()].insert(group_id);
+    interval = heartbeat_interval_;
+    timeout = heartbeat_timeout_;
+  }
+  if (first && interval.count() > 0) from->start_heartbeat(interval, timeout);
 }
 
 void Head::serve_status() {
@@ -326,16 +355,26 @@ void Head::set_on_host_lost(std::function<void(const HostRecord&)> callback) {
 
 namespace troupe::head {
 
-std::vector<BundlePlacement> Head::reserve(const std::string& group_id,
-                                           const std::vector<BundleRequest>& bundles,
-                                           Strategy strategy, std::optional<size_t> only_host) {
-  std::lock_guard<std::mutex> lock(mu_);
+ResourceBook& Head::book_locked() {
   if (!book_) {
     std::vector<HostCapacity> capacity;
     for (const auto& h : hosts_) capacity.push_back(capacity_of(h));
     book_ = std::make_unique<ResourceBook>(std::move(capacity));
   }
-  return book_->reserve(group_id, bundles, strategy, only_host);
+  return *book_;
+}
+
+std::vector<BundlePlacement> Head::reserve(const std::string& group_id,
+                                           const std::vector<BundleRequest>& bundles,
+                                           Strategy strategy, std::optional<size_t> only_host) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return book_locked().reserve(group_id, bundles, strategy, only_host);
+}
+
+void Head::restore(const std::string& group_id, const std::vector<BundleRequest>& bundles,
+                   const std::vector<BundlePlacement>& placements) {
+  std::lock_guard<std::mutex> lock(mu_);
+  book_locked().restore(group_id, bundles, placements);
 }
 
 bool Head::release(const std::string& group_id) {

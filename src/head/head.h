@@ -2,7 +2,8 @@
 // agent is still connected. Embedded in the driver by default.
 //
 // Requests it serves (wire/control.h, wire/head_protocol.h): register_agent (from agents),
-// list_hosts, reserve, release, describe_free (from drivers) and status (from `troupe status`).
+// list_hosts, reserve, restore, release, describe_free (from drivers) and status (from `troupe
+// status`).
 // A host that registers again under the name of a lost host takes that host's id back.
 // Events it sends to every connection that is not an agent's: host_lost.
 // Leases: a driver's reservations are released when its connection closes; a connection that
@@ -29,6 +30,7 @@
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
 #include "troupe/future.h"
+#include "wire/head_protocol.h"
 
 namespace troupe::head {
 
@@ -71,6 +73,9 @@ class Head {
   std::vector<BundlePlacement> reserve(const std::string& group_id,
                                        const std::vector<BundleRequest>& bundles, Strategy strategy,
                                        std::optional<size_t> only_host);
+  // Books a reservation again where it was placed (ResourceBook::restore). Throws Error.
+  void restore(const std::string& group_id, const std::vector<BundleRequest>& bundles,
+               const std::vector<BundlePlacement>& placements);
   // Frees a reservation; idempotent.
   bool release(const std::string& group_id);
   // Free resources of every host, one line each.
@@ -97,8 +102,17 @@ class Head {
   void serve_status();
   void serve_driver_request(wire::Request&& r, const transport::Responder& resp,
                             const std::shared_ptr<transport::RpcPeer>& from);
+  // Serves a driver's restore request: books m's group again and leases it to `from`. Throws.
+  void restore_for(const std::shared_ptr<transport::RpcPeer>& from,
+                   const wire::control::Restore& m);
+  // Records `group_id` as a reservation of the driver connection `from` (released when it
+  // closes); the first one starts heartbeats on it.
+  void lease(const std::shared_ptr<transport::RpcPeer>& from, const std::string& group_id);
   void register_agent(const std::shared_ptr<int>& index, const Value& kwargs,
                       const transport::Responder& resp, transport::RpcPeer* peer);
+
+  // The book, made from the hosts registered now when there is none yet. mu_ held.
+  ResourceBook& book_locked();
 
   std::string token_;
   std::shared_ptr<transport::Listener> listener_;

@@ -363,6 +363,57 @@ std::vector<BundlePlacement> ResourceBook::reserve(const std::string& group_id,
   return result;
 }
 
+void ResourceBook::restore(const std::string& group_id, const std::vector<BundleRequest>& bundles,
+                           const std::vector<BundlePlacement>& placements) {
+  auto bad = [&](const std::string& why) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot book placement group '" + group_id + "' again: " + why);
+  };
+  if (group_id.empty()) bad("a placement group needs an id");
+  if (bundles.empty() || bundles.size() != placements.size())
+    bad(std::to_string(bundles.size()) + " bundles and " + std::to_string(placements.size()) +
+        " placements");
+  if (auto it = groups_.find(group_id); it != groups_.end()) {
+    bool same = it->second.bundles.size() == bundles.size();
+    for (size_t b = 0; same && b < bundles.size(); ++b)
+      same = same_request(it->second.bundles[b], bundles[b]) &&
+             it->second.placements[b].host == placements[b].host &&
+             it->second.placements[b].gpu_ids == placements[b].gpu_ids;
+    if (same) return;
+    bad("it is booked already, elsewhere");
+  }
+  std::vector<HostUsage> used = used_;
+  for (size_t b = 0; b < bundles.size(); ++b) {
+    validate(bundles[b], b);
+    const BundlePlacement& p = placements[b];
+    if (p.host >= hosts_.size())
+      bad("bundle " + std::to_string(b) + " is on host " + std::to_string(p.host) +
+          ", and there are " + std::to_string(hosts_.size()) + " hosts");
+    const HostCapacity& h = hosts_[p.host];
+    HostUsage& u = used[p.host];
+    u.cpus += bundles[b].cpus;
+    u.memory_bytes += bundles[b].memory_bytes;
+    bool fits = u.cpus <= h.cpus + kEpsilon &&
+                (bundles[b].memory_bytes == 0 || u.memory_bytes <= h.memory_bytes);
+    for (int gpu : p.gpu_ids) {
+      auto it = std::lower_bound(h.gpu_ids.begin(), h.gpu_ids.end(), gpu);
+      if (it == h.gpu_ids.end() || *it != gpu)
+        bad("bundle " + std::to_string(b) + " is on GPU " + std::to_string(gpu) + " of " + h.name +
+            ", which has no such GPU");
+      double& share = u.gpus[static_cast<size_t>(it - h.gpu_ids.begin())];
+      share += p.gpu_share;
+      fits = fits && share <= 1.0 + kEpsilon;
+    }
+    if (!fits)
+      throw Error(ErrorCode::kResourceUnavailable,
+                  "cannot book placement group '" + group_id + "' again: bundle " +
+                      std::to_string(b) + " " + describe_bundle(bundles[b]) + " does not fit on " +
+                      h.name + " (" + describe_free(p.host) + ")");
+  }
+  groups_.emplace(group_id, Reservation{bundles, placements});
+  recompute_usage();
+}
+
 bool ResourceBook::release(const std::string& group_id) {
   if (groups_.erase(group_id) == 0) return false;
   recompute_usage();

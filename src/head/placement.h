@@ -94,6 +94,16 @@ class ResourceBook {
                                        const std::vector<BundleRequest>& bundles, Strategy strategy,
                                        std::optional<size_t> only_host = std::nullopt);
 
+  // Books `group_id` again exactly where it was placed (by an earlier book: a head that
+  // restarted, or that released a lost driver's reservations): bundle i on placements[i].host,
+  // on its GPU ids with its share. All or nothing. Booking the same group with the same
+  // placements twice is a no-op. Throws Error(kInvalidArgument) for a bad request (as reserve),
+  // sizes that differ, a host or GPU id this book does not have, or an id already booked
+  // elsewhere; Error(kResourceUnavailable) naming the host when its free resources do not hold
+  // the bundle.
+  void restore(const std::string& group_id, const std::vector<BundleRequest>& bundles,
+               const std::vector<BundlePlacement>& placements);
+
   // Frees a reservation; unknown ids are ignored (idempotent). Returns whether it existed.
   bool release(const std::string& group_id);
 

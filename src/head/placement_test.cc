@@ -87,6 +87,65 @@ TEST(StrictPack, FailsWithPerHostFree) {
   EXPECT_EQ(book.group_count(), 0u);
 }
 
+// A group booked again where it was: the same hosts and GPU ids, whatever reserve() would pick
+// now; what it holds is taken from the free resources.
+TEST(Restore, BooksTheGivenPlacements) {
+  ResourceBook book({host(4, {0, 1}), host(4, {0, 1})});
+  // reserve() would start at host 0, GPU 0; the restored group sits on host 1, GPU 1.
+  book.restore("old-pg0", many(2, bundle(1, 0.5)),
+               {BundlePlacement{1, {1}, 0.5}, BundlePlacement{1, {1}, 0.5}});
+  EXPECT_EQ(book.describe_free(1), "host-1 free {CPU 2/4, GPU 1/2}");
+  EXPECT_EQ(book.describe_free(0), "host-0 free {CPU 4/4, GPU 2/2}");
+  // Again with the same placements: nothing changes.
+  book.restore("old-pg0", many(2, bundle(1, 0.5)),
+               {BundlePlacement{1, {1}, 0.5}, BundlePlacement{1, {1}, 0.5}});
+  EXPECT_EQ(book.group_count(), 1u);
+  // Host 1 has GPU 0 left: a whole-GPU group there gets GPU 0.
+  auto ps = book.reserve("new", many(1, bundle(1, 1)), Strategy::kStrictPack, size_t{1});
+  EXPECT_EQ(gpus_of(ps), (std::vector<std::vector<int>>{{0}}));
+  EXPECT_TRUE(book.release("old-pg0"));
+  EXPECT_EQ(book.describe_free(1), "host-1 free {CPU 3/4, GPU 1/2}");
+}
+
+TEST(Restore, RefusesWhatIsTakenOrMissing) {
+  ResourceBook book({host(2, {0}), host(2, {0})});
+  book.reserve("other", many(1, bundle(2, 1)), Strategy::kStrictPack, size_t{0});
+  // Host 0's CPUs and GPU are taken: nothing of the group is booked.
+  std::string msg = error_of(
+      [&] {
+        book.restore("mine", many(2, bundle(1, 1)),
+                     {BundlePlacement{1, {0}, 1.0}, BundlePlacement{0, {0}, 1.0}});
+      },
+      ErrorCode::kResourceUnavailable);
+  EXPECT_EQ(msg,
+            "cannot book placement group 'mine' again: bundle 1 {CPU 1, GPU 1} does not fit on "
+            "host-0 (host-0 free {CPU 0/2, GPU 0/1})");
+  EXPECT_EQ(book.group_count(), 1u);
+  EXPECT_EQ(book.describe_free(1), "host-1 free {CPU 2/2, GPU 1/1}");
+  msg = error_of(
+      [&] {
+        book.restore("mine", many(1, bundle(1, 1)), {BundlePlacement{1, {3}, 1}});
+      },
+      ErrorCode::kInvalidArgument);
+  EXPECT_EQ(msg,
+            "cannot book placement group 'mine' again: bundle 0 is on GPU 3 of host-1, which has "
+            "no such GPU");
+  msg = error_of(
+      [&] {
+        book.restore("mine", many(1, bundle(1)), {BundlePlacement{2, {}, 0}});
+      },
+      ErrorCode::kInvalidArgument);
+  EXPECT_EQ(msg,
+            "cannot book placement group 'mine' again: bundle 0 is on host 2, and there are 2 "
+            "hosts");
+  msg = error_of(
+      [&] {
+        book.restore("other", many(1, bundle(1)), {BundlePlacement{1, {}, 0}});
+      },
+      ErrorCode::kInvalidArgument);
+  EXPECT_EQ(msg, "cannot book placement group 'other' again: it is booked already, elsewhere");
+}
+
 TEST(Pack, FillsFewestHosts) {
   ResourceBook book({host(2, {0, 1}), host(4, {0, 1, 2, 3}), host(2, {0, 1})});
   // 5 whole-GPU bundles: host 1 takes 4, then host 0 (lowest index among equals) takes 1.

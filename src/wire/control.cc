@@ -27,7 +27,8 @@ Map StartWorker::to_map() const {
              {"start_timeout_ms", start_timeout_ms},
              {"executable", executable},
              {"args", troupe::to_value(args)},
-             {"env", troupe::to_value(env)}};
+             {"env", troupe::to_value(env)},
+             {"fork_server", fork_server}};
 }
 
 StartWorker StartWorker::from(const Value& kwargs) {
@@ -43,6 +44,7 @@ StartWorker StartWorker::from(const Value& kwargs) {
   m.executable = f.optional<std::string>("executable", "");
   m.args = f.optional<std::vector<std::string>>("args", {});
   m.env = f.optional<std::map<std::string, std::string>>("env", {});
+  m.fork_server = f.optional<bool>("fork_server", false);
   return m;
 }
 
@@ -225,6 +227,55 @@ StoreReserve StoreReserve::from(const Value& kwargs) {
   StoreReserve m;
   m.size = f.required<int64_t>("size");
   if (m.size < 0) throw Error(ErrorCode::kInvalidArgument, "store_reserve: negative size");
+  return m;
+}
+
+Map ReadLog::to_map() const {
+  return Map{
+      {"name", name}, {"offset", offset}, {"tail_lines", tail_lines}, {"max_bytes", max_bytes}};
+}
+
+ReadLog ReadLog::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  ReadLog m;
+  m.name = f.required<std::string>("name");
+  m.offset = f.optional<int64_t>("offset", 0);
+  m.tail_lines = f.optional<int64_t>("tail_lines", 0);
+  m.max_bytes = f.optional<int64_t>("max_bytes", m.max_bytes);
+  if (m.offset < 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "read_log: field 'offset': must not be negative, got " + std::to_string(m.offset));
+  if (m.tail_lines < 0)
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "read_log: field 'tail_lines': must not be negative, got " + std::to_string(m.tail_lines));
+  if (m.max_bytes < 1 || m.max_bytes > kMaxBytes)
+    throw Error(ErrorCode::kInvalidArgument, "read_log: field 'max_bytes': must be in 1.." +
+                                                 std::to_string(kMaxBytes) + ", got " +
+                                                 std::to_string(m.max_bytes));
+  return m;
+}
+
+Value ReadLogReply::to_value() const {
+  return Map{{"name", name},
+             {"pid", pid},
+             {"alive", alive},
+             {"offset", offset},
+             {"next_offset", next_offset},
+             {"size", size},
+             {"data", data}};
+}
+
+ReadLogReply ReadLogReply::from(const Value& value) {
+  FieldReader f("read_log reply", value);
+  ReadLogReply m;
+  m.name = f.required<std::string>("name");
+  m.pid = f.required<int64_t>("pid");
+  m.alive = f.required<bool>("alive");
+  m.offset = f.required<int64_t>("offset");
+  m.next_offset = f.required<int64_t>("next_offset");
+  m.size = f.required<int64_t>("size");
+  m.data = f.required<std::string>("data");
   return m;
 }
 

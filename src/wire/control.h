@@ -5,7 +5,8 @@
 // "METHOD: field 'F': ..."; unknown fields are ignored (a newer peer may send more).
 //
 // Agent requests (driver -> agent): start_worker, stop_worker, reserve_ports, release_ports,
-// gpu_state, memory, shutdown (and list_workers, ping, which only tools send). Agent events (agent
+// gpu_state, memory, shutdown (and list_workers, ping, read_log, which only tools send). Agent
+// events (agent
 // -> driver, head): worker_exited. Head requests (agent -> head): register_agent; (CLI -> head):
 // status.
 #pragma once
@@ -67,6 +68,10 @@ struct StartWorker {
   std::vector<std::string> args;
   // The worker's whole environment, less troupe's own variables (the agent adds those).
   std::map<std::string, std::string> env;
+  // The driver vouches that `executable` is a troupe C++ binary that enters its role in
+  // troupe::init (its own binary, and it called troupe::init): a standing agent may fork the
+  // worker from a fork server of that binary (agent/fork_server.h) instead of exec'ing it.
+  bool fork_server = false;
 
   bool operator==(const StartWorker&) const = default;
   Map to_map() const;
@@ -161,6 +166,41 @@ struct MemoryReply {  // reply to "memory" (no arguments)
   bool operator==(const MemoryReply&) const = default;
   Value to_value() const;
   static MemoryReply from(const Value& value);
+};
+
+// A worker's log file on its host (every line it wrote to stdout or stderr, in order), read in
+// bounded pieces: a reply carries at most max_bytes (<= kMaxBytes) of it, so that no request
+// makes the agent allocate more. With tail_lines > 0 it reads the last tail_lines lines (those
+// within the last max_bytes of the file); otherwise from byte `offset` on. A reply ends at a
+// line's end unless one line is longer than max_bytes. The agent serves running workers and the
+// exits it remembers (worker_table.h WT-3); `troupe logs` follows a log by asking again from
+// next_offset.
+struct ReadLog {
+  static constexpr const char* kMethod = "read_log";
+  static constexpr int64_t kMaxBytes = 1 << 20;
+  std::string name;
+  int64_t offset = 0;
+  int64_t tail_lines = 0;
+  int64_t max_bytes = 256 << 10;
+
+  bool operator==(const ReadLog&) const = default;
+  Map to_map() const;
+  // Also refuses a negative offset or tail_lines and max_bytes outside 1..kMaxBytes.
+  static ReadLog from(const Value& kwargs);
+};
+
+struct ReadLogReply {
+  std::string name;
+  int64_t pid = 0;     // the worker's (its latest, when the name was started again)
+  bool alive = false;  // false once it exited: the log is complete
+  int64_t offset = 0;  // where `data` starts in the file
+  int64_t next_offset = 0;
+  int64_t size = 0;  // of the file when read
+  std::string data;  // whole lines, '\n'-terminated
+
+  bool operator==(const ReadLogReply&) const = default;
+  Value to_value() const;
+  static ReadLogReply from(const Value& value);
 };
 
 // Object store (src/store): the driver asks its host's agent for room before it writes an object.

@@ -25,6 +25,7 @@ TEST(ControlMessages, AgentRequestsRoundTrip) {
   start.executable = "/usr/bin/python3";
   start.args = {"-m", "troupe._worker"};
   start.env = {{"RANK", "1"}, {"PATH", "/usr/bin"}};
+  start.fork_server = true;
   EXPECT_EQ(StartWorker::from(through_request(start)), start);
   EXPECT_EQ(StopWorker::from(through_request(StopWorker{"w", 250})), (StopWorker{"w", 250}));
   ReservePorts ports{"group-a", 3, 1500, 1600};
@@ -76,6 +77,45 @@ TEST(ControlMessages, BareRepliesRoundTrip) {
             "gpu_state reply: expected string, got int 3");
 }
 
+TEST(ControlMessages, ReadLogRoundTripsAndRefusesUnboundedRequests) {
+  ReadLog tail{"talker-0-1", 0, 2, 4096};
+  EXPECT_EQ(ReadLog::from(through_request(tail)), tail);
+  ReadLog from_offset{"talker-0-1", 1234, 0, ReadLog::kMaxBytes};
+  EXPECT_EQ(ReadLog::from(through_request(from_offset)), from_offset);
+  EXPECT_EQ(ReadLog::from(Map{{"name", "w"}}), (ReadLog{"w", 0, 0, 256 * 1024}));
+  ReadLogReply reply{"talker-0-1", 4242, false, 10, 22, 22, "second\nthird\n"};
+  EXPECT_EQ(ReadLogReply::from(through_response(reply.to_value())), reply);
+
+  EXPECT_EQ(error_of([] {
+              ReadLog::from(Map{{"offset", 0}});
+            }),
+            "read_log: field 'name' is missing");
+  EXPECT_EQ(error_of([] {
+              ReadLog::from(Map{{"name", "w"}, {"max_bytes", int64_t{1} << 40}});
+            }),
+            "read_log: field 'max_bytes': must be in 1..1048576, got 1099511627776");
+  EXPECT_EQ(error_of([] {
+              ReadLog::from(Map{{"name", "w"}, {"max_bytes", 0}});
+            }),
+            "read_log: field 'max_bytes': must be in 1..1048576, got 0");
+  EXPECT_EQ(error_of([] {
+              ReadLog::from(Map{{"name", "w"}, {"offset", -5}});
+            }),
+            "read_log: field 'offset': must not be negative, got -5");
+  EXPECT_EQ(error_of([] {
+              ReadLog::from(Map{{"name", "w"}, {"tail_lines", -1}});
+            }),
+            "read_log: field 'tail_lines': must not be negative, got -1");
+  EXPECT_EQ(error_of([] {
+              ReadLog::from(Map{{"name", "w"}, {"tail_lines", "2"}});
+            }),
+            "read_log: field 'tail_lines': expected int, got string \"2\"");
+  EXPECT_EQ(error_of([] {
+              ReadLogReply::from(Map{{"name", "w"}, {"pid", 1}});
+            }),
+            "read_log reply: field 'alive' is missing");
+}
+
 TEST(ControlMessages, OptionalFieldsTakeTheirDefaults) {
   StartWorker s = StartWorker::from(Map{{"name", "w"}});
   EXPECT_EQ(s.name, "w");
@@ -84,6 +124,7 @@ TEST(ControlMessages, OptionalFieldsTakeTheirDefaults) {
   EXPECT_TRUE(s.log_to_terminal);
   EXPECT_EQ(s.start_timeout_ms, 60000);
   EXPECT_EQ(s.executable, "");
+  EXPECT_FALSE(s.fork_server);  // an older driver's request: exec
   ReservePorts p = ReservePorts::from(Map{{"owner", "o"}});
   EXPECT_EQ(p, (ReservePorts{"o", 1, 1400, 2000}));
   // Unknown fields are ignored.

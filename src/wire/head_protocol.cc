@@ -83,6 +83,27 @@ ReserveReply ReserveReply::from(const Value& value) {
   return r;
 }
 
+Map Restore::to_map() const {
+  return Map{{"group_id", group_id},
+             {"bundles", Value(Reserve{group_id, bundles}.to_map()).find("bundles")->as_array()},
+             {"placed", ReserveReply{placed}.to_value().find("bundles")->as_array()}};
+}
+
+Restore Restore::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  Restore m;
+  Reserve specs = Reserve::from(Map{{"group_id", f.required<std::string>("group_id")},
+                                    {"bundles", f.required<Array>("bundles")}});
+  m.group_id = std::move(specs.group_id);
+  m.bundles = std::move(specs.bundles);
+  m.placed = ReserveReply::from(Map{{"bundles", f.required<Array>("placed")}}).bundles;
+  if (m.placed.size() != m.bundles.size())
+    throw Error(ErrorCode::kProtocol, std::string(kMethod) + ": " +
+                                          std::to_string(m.bundles.size()) + " bundles but " +
+                                          std::to_string(m.placed.size()) + " placements");
+  return m;
+}
+
 Map Release::to_map() const { return Map{{"group_id", group_id}}; }
 
 Release Release::from(const Value& kwargs) {

@@ -1,7 +1,7 @@
 // The requests a driver makes of a standing head, and the events the head and agents send to
 // drivers: typed like control.h (same FieldReader errors; unknown fields ignored).
 //
-// Head requests (driver -> head): list_hosts, reserve, release, describe_free.
+// Head requests (driver -> head): list_hosts, reserve, restore, release, describe_free.
 // Head events (head -> every client that is not an agent): host_lost, host_joined.
 // Agent events (agent -> the driver that started the worker): worker_log.
 #pragma once
@@ -70,6 +70,22 @@ struct ReserveReply {
   Value to_value() const;
   static ReserveReply from(const Value& value);
 };
+
+// A driver that reconnects to a head (restarted, or that released the driver's reservations when
+// its connection was lost) books a placement group it holds again, exactly where it is: each
+// bundle on the host and GPU ids of `placed` (host ids of this head). All or nothing.
+struct Restore {
+  static constexpr const char* kMethod = "restore";
+  std::string group_id;
+  std::vector<BundleSpec> bundles;
+  std::vector<PlacedBundle> placed;  // one per bundle
+
+  bool operator==(const Restore&) const = default;
+  Map to_map() const;
+  static Restore from(const Value& kwargs);
+};
+// Reply: nil. Errors: kResourceUnavailable when the resources are taken, kInvalidArgument for a
+// host or GPU the head does not have.
 
 struct Release {
   static constexpr const char* kMethod = "release";

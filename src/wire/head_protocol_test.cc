@@ -75,6 +75,23 @@ TEST(HeadProtocol, ReserveReplyRoundTrips) {
   EXPECT_EQ(ReserveReply::from(through_response(ReserveReply{}.to_value())), ReserveReply{});
 }
 
+TEST(HeadProtocol, RestoreRoundTrips) {
+  Restore r{"d1.vc-0-pg1",
+            {BundleSpec{2, 0.5, int64_t{1} << 30, {{"zone", "a"}}}, BundleSpec{1, 0, 0, {}}},
+            {PlacedBundle{1, {0}, 0.5}, PlacedBundle{0, {}, 0}}};
+  EXPECT_EQ(Restore::from(through_request(r)), r);
+  // Every bundle needs its placement.
+  Map m = r.to_map();
+  m.back().second = Array{};
+  try {
+    Restore::from(m);
+    ADD_FAILURE() << "a restore with 2 bundles and no placement was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kProtocol) << e.what();
+    EXPECT_EQ(e.message(), "restore: 2 bundles but 0 placements");
+  }
+}
+
 TEST(HeadProtocol, ReleaseRoundTrips) {
   EXPECT_EQ(Release::from(through_request(Release{"d1.vc-0-pg0"})), Release{"d1.vc-0-pg0"});
 }

@@ -5,8 +5,11 @@
 # with TROUPE_ADDRESS and TROUPE_TOKEN. Cases: sharded dispatch across the hosts with worker
 # output forwarded; unauthenticated clients refused on every listening port of every daemon and
 # worker; a driver killed with SIGKILL leaves no worker on any host; a host cut off (nftables
-# drop, then link down) fails its calls with kHostLost and rejoins; a hung agent (SIGSTOP) is
-# lost without a false alarm on the other host; an ObjectRef reaches each host's agent once.
+# drop, then link down) fails its calls with kHostLost and rejoins; a host cut off from the head
+# only keeps its workers (the driver logs that decision); a hung agent (SIGSTOP) is lost without
+# a false alarm on the other host; an ObjectRef reaches each host's agent once; the head killed
+# and restarted on the same address takes back the agents and the same driver, whose placement
+# groups it books again.
 #
 #   multihost_test.sh TROUPE_CLI MULTIHOST_TEST_BINARY
 #
@@ -174,26 +177,26 @@ NFT
 check "the head loses node-b, the driver still reaches it: its workers go on" \
   run split.out MultiHost.HeadLosingAHostTheDriverStillReachesKeepsItsWorkers \
   CUT_CMD="ip netns exec tr-h3 nft -f $work/split.nft" \
-  RESTORE_CMD="ip netns exec tr-h3 nft delete table inet troupe_split"
+  RESTORE_CMD="ip netns exec tr-h3 nft delete table inet troupe_split" TROUPE_LOG_LEVEL=info
 ip netns exec tr-h3 nft delete table inet troupe_split 2>/dev/null
 check "a hung agent is lost, the other host is not" run hung.out MultiHost.HungAgentIsLostOthersAreNot
 for p in $(ip netns pids tr-h3); do kill -CONT "$p" 2>/dev/null; done
 
-# Last: the head dies under a running group; then a new head on the same address takes the
-# agents back.
+# Last: the head dies under a running group; the driver starts a new head on the same address
+# (RESTART_CMD, in tr-h1 like the driver), which takes the agents and the driver back.
 head_pid=$(grep -oE 'listening on .* \(pid [0-9]+\)' "$work/head.log" | grep -oE '[0-9]+\)$' |
   tr -d ')')
-check "the head dies: calls to live workers go on, placements fail" \
-  run headless.out MultiHost.HeadDeathKeepsWorkersServing HEAD_PID="$head_pid"
-TMPDIR=$work/h1 ns tr-h1 "$troupe" start --head --block --node-ip-address 10.77.0.1 --port 16380 \
-  >"$work/head2.log" 2>&1 &
-daemons+=($!)
+check "the head dies: workers go on; a new head takes the driver and its placement groups back" \
+  run headless.out MultiHost.HeadDeathKeepsWorkersServing HEAD_PID="$head_pid" \
+  RESTART_CMD="env -u TROUPE_ADDRESS TMPDIR=$work/h1 setsid $troupe start --head --block \
+--node-ip-address 10.77.0.1 --port 16380 >$work/head2.log 2>&1 </dev/null &" \
+  STATUS_CMD="env -u TROUPE_ADDRESS TMPDIR=$work/h1 $troupe status --address $head_address"
 check "a new head on the same address takes node-a back" wait_for 30 host_up node-a
 check "a new head on the same address takes node-b back" wait_for 30 host_up node-b
 check "the cluster serves under the new head" run dispatch3.out MultiHost.ShardedDispatchAcrossTwoHosts
 
 if ((failures > 0)); then
-  for f in head node-a node-b; do echo "--- $f.log (last lines)"; tail -n 30 "$work/$f.log"; done
+  for f in head head2 node-a node-b; do echo "--- $f.log (last lines)"; tail -n 30 "$work/$f.log"; done
 fi
 echo "multi-host cases: $failures failed"
 ((failures == 0))

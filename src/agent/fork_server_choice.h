@@ -1,0 +1,85 @@
+// Which fork server (fork_server.h) starts a worker, if any: the agent's map from executable to
+// fork server. I/O thread of the agent only.
+//
+// Embedded agent: the one fork server of its own executable (the driver's binary), started
+// when the agent starts, and only when the agent was started without arguments (a C++ driver
+// re-executed; an agent run as `python3 -c ...` would start a bare interpreter).
+//
+// Standing agent (`troupe start`): a fork server per executable, started on the first start of
+// a worker whose driver vouched for its binary (StartWorker::fork_server: a C++ driver that
+// called troupe::init, whose binary therefore enters TROUPE_ROLE=forkserver; Python
+// interpreters and other executables are exec'd). Keyed by path and by the file's identity at
+// that path (device, inode, size, modification time): a binary replaced or rebuilt on disk gets
+// a new fork server at its next start (the old one is closed; workers it forked keep running),
+// so a forked worker runs the code an exec'd one would. At most kMaxServers executables; the
+// others are exec'd (logged once each). A start whose LD_LIBRARY_PATH or LD_PRELOAD differs from
+// the agent's (which the fork server was exec'd with) is exec'd too: the dynamic loader would
+// have loaded other libraries. A fork server that died or misbehaved (FS-4) is not restarted:
+// its executable is exec'd until the file changes.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <ctime>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "agent/fork_server.h"
+
+namespace troupe::agent {
+
+class ForkServerChoice {
+ public:
+  static constexpr size_t kMaxServers = 8;
+
+  // How long a standing agent's start may wait on its fork server (ForkServer's max_block):
+  // well below a driver's default host-lost timeout (700 ms).
+  static constexpr std::chrono::milliseconds kStandingMaxBlock{250};
+
+  // `enabled` false: never a fork server. `standing`: the standing agent's rules (above).
+  ForkServerChoice(bool enabled, bool standing) : enabled_(enabled), standing_(standing) {}
+
+  // The fork server that can start a worker of `executable` (no arguments, no wrapper), or null
+  // (exec). `vouched`: the driver vouched for the binary; `env`: the worker's environment.
+  ForkServer* for_start(const std::string& executable, bool vouched,
+                        const std::map<std::string, std::string>& env);
+  // Embedded: starts the fork server of the agent's own executable now (overlapping start-up).
+  void start_own();
+  // The agent reaped `pid` (maybe a fork server).
+  void on_reaped(pid_t pid);
+  // Closes every fork server (FS-5: each exits on its socket's EOF; waited for).
+  void reset() { servers_.clear(); }
+  size_t size() const { return servers_.size(); }
+
+ private:
+  struct FileId {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    off_t size = 0;
+    timespec mtime{};
+    bool operator==(const FileId& o) const {
+      return dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
+             mtime.tv_nsec == o.mtime.tv_nsec;
+    }
+  };
+  struct Entry {
+    FileId id;
+    std::unique_ptr<ForkServer> server;
+  };
+  ForkServer* standing_server(const std::string& executable,
+                              const std::map<std::string, std::string>& env);
+  ForkServer* start(const std::string& executable, const FileId& id);
+  // Logs `what` once per executable (bounded).
+  void note_once(const std::string& executable, const std::string& what);
+
+  bool enabled_;
+  bool standing_;
+  std::map<std::string, Entry> servers_;  // by path
+  std::set<std::string> noted_;
+};
+
+}  // namespace troupe::agent
