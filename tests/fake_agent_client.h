@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/future_state.h"
 #include "controller/agent_client.h"
 
 namespace troupe_test {
@@ -58,9 +59,9 @@ class FakeAgentClient : public troupe::internal::AgentClient {
     starts_.push_back(request);
     if (closed_) return {failed(), &control::StartWorkerReply::from};
     if (hold_starts) {
-      auto state = std::make_shared<troupe::detail::FutureState>(std::move(context));
+      auto state = std::make_shared<troupe::internal::FutureState>(std::move(context));
       pending_.push_back(state);
-      return {troupe::Future<troupe::Value>(state), &control::StartWorkerReply::from};
+      return {troupe::internal::FutureAccess::make(state), &control::StartWorkerReply::from};
     }
     return {troupe::make_ready_future((reply_for ? reply_for(request) : start_reply).to_value()),
             &control::StartWorkerReply::from};
@@ -166,7 +167,7 @@ class FakeAgentClient : public troupe::internal::AgentClient {
   }
 
   void close(const troupe::Error& reason) override {
-    std::vector<std::shared_ptr<troupe::detail::FutureState>> pending;
+    std::vector<std::shared_ptr<troupe::internal::FutureState>> pending;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return;
@@ -205,7 +206,7 @@ class FakeAgentClient : public troupe::internal::AgentClient {
   mutable std::mutex mu_;
   bool closed_ = false;
   std::optional<troupe::Error> reason_;
-  std::vector<std::shared_ptr<troupe::detail::FutureState>> pending_;
+  std::vector<std::shared_ptr<troupe::internal::FutureState>> pending_;
   std::vector<control::StartWorker> starts_;
   std::vector<control::StopWorker> stops_;
   std::vector<control::ReservePorts> port_requests_;

@@ -76,7 +76,7 @@ class FakeWorkerClient : public troupe::internal::WorkerClient {
       reason_ = reason;
       held.swap(held_);
     }
-    std::vector<std::shared_ptr<troupe::detail::FutureState>> pending;
+    std::vector<std::shared_ptr<troupe::internal::FutureState>> pending;
     for (auto& p : held) pending.push_back(p.state);
     if (take_pending_) return take_pending_(std::move(pending), reason);
     for (auto& p : pending) p->set_error(failure(reason));
@@ -111,7 +111,7 @@ class FakeWorkerClient : public troupe::internal::WorkerClient {
   struct Pending {
     FakeWorkerCall call;
     StreamHandler on_item;
-    std::shared_ptr<troupe::detail::FutureState> state;
+    std::shared_ptr<troupe::internal::FutureState> state;
   };
 
   troupe::Error failure(const troupe::Error& reason) const {
@@ -120,8 +120,8 @@ class FakeWorkerClient : public troupe::internal::WorkerClient {
   troupe::Future<troupe::Value> submit(FakeWorkerCall call, std::string context,
                                        StreamHandler on_item) {
     Pending p{std::move(call), std::move(on_item),
-              std::make_shared<troupe::detail::FutureState>(std::move(context))};
-    troupe::Future<troupe::Value> future(p.state);
+              std::make_shared<troupe::internal::FutureState>(std::move(context))};
+    auto future = troupe::internal::FutureAccess::make(p.state);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) {

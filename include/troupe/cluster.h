@@ -158,15 +158,16 @@ struct WorkerOptions {
 };
 
 namespace internal {
-class WorkerState;
-class ClusterImpl;
+class WorkerState;  // defined inside the library only
+class ClusterImpl;  // defined inside the library only
+struct Access;      // the library's own access to the objects behind the public handles
 }  // namespace internal
 
 // A handle to one worker. Cheap to copy; all copies refer to the same worker. Thread-safe.
 class Worker {
  public:
+  // Not valid(); made valid by assigning a handle from Cluster::start_worker or a WorkerGroup.
   Worker() = default;
-  explicit Worker(std::shared_ptr<internal::WorkerState> state) : state_(std::move(state)) {}
 
   bool valid() const { return state_ != nullptr; }
   const std::string& name() const;
@@ -189,7 +190,7 @@ class Worker {
   // exception's type and message), kWorkerDied, ... each naming the worker and method.
   template <typename R = Value>
   Future<R> call(const std::string& method, Kwargs kwargs = {}) const {
-    return Future<R>(call_value(method, kwargs).state());
+    return Future<R>(call_value(method, kwargs));
   }
   Future<Value> call_value(const std::string& method, const Kwargs& kwargs) const;
   // Calls a stream method (ClassBuilder::stream_method); items arrive in the returned stream.
@@ -203,9 +204,9 @@ class Worker {
   // kWorkerDied.
   std::string stop(std::chrono::milliseconds grace = std::chrono::milliseconds(3000)) const;
 
-  const std::shared_ptr<internal::WorkerState>& state() const { return state_; }
-
  private:
+  friend struct internal::Access;
+  explicit Worker(std::shared_ptr<internal::WorkerState> state) : state_(std::move(state)) {}
   std::shared_ptr<internal::WorkerState> state_;
 };
 
@@ -218,9 +219,6 @@ class Cluster {
   // kConnectionLost/kTimeout when the head cannot be reached, kResourceUnavailable when no host
   // is alive.
   explicit Cluster(ClusterOptions options = {});
-  // Takes over a cluster implementation built elsewhere (the controller's unit tests build one
-  // over fake head and agent clients). `impl` must not be null.
-  explicit Cluster(std::unique_ptr<internal::ClusterImpl> impl);
   // shutdown().
   ~Cluster();
   Cluster(const Cluster&) = delete;
@@ -255,9 +253,10 @@ class Cluster {
   // driver's workers stop. Idempotent; thread-safe.
   void shutdown();
 
-  internal::ClusterImpl& impl() { return *impl_; }
-
  private:
+  friend struct internal::Access;
+  // Takes over an implementation built elsewhere (internal::Access::make_cluster). Not null.
+  explicit Cluster(std::unique_ptr<internal::ClusterImpl> impl);
   std::unique_ptr<internal::ClusterImpl> impl_;
 };
 

@@ -1,15 +1,15 @@
 // Futures of asynchronous calls. A Future<T> is a cheap, copyable handle to one result: a Value
-// converted to T on get(), or an Error. All member functions are thread-safe.
+// converted to T on get(), or an Error. All member functions are thread-safe. Futures are made
+// by the library (Worker::call, WorkerGroup dispatch, ...) and by make_ready_future /
+// make_failed_future; the completion slot behind them is private to the library.
 #pragma once
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "troupe/error.h"
@@ -19,110 +19,101 @@ namespace troupe {
 
 using Clock = std::chrono::steady_clock;
 
-namespace detail {
+namespace internal {
+class FutureState;    // the completion slot; defined inside the library only
+struct FutureAccess;  // the library's own access to it
+}  // namespace internal
 
-// The shared completion slot behind futures. Completed once (later completions are ignored).
-class FutureState {
+// The part of Future<T> that does not depend on T. Not constructed directly: use Future<T>.
+// Every copy refers to the same result. A default-constructed one is not valid(); calling
+// anything but valid() on it is undefined.
+class UntypedFuture {
  public:
-  explicit FutureState(std::string context = {}) : context_(std::move(context)) {}
-
-  // Completes the state; returns false if it was already complete. Runs callbacks on the
-  // calling thread, outside the lock.
-  bool set_value(Value value);
-  bool set_error(Error error);
-
+  bool valid() const { return state_ != nullptr; }
+  // Whether the result (value or error) is there. Never blocks.
   bool ready() const;
-  // Blocks until complete or until `deadline`; returns ready().
-  bool wait_until(Clock::time_point deadline) const;
+  // Blocks until the result is there.
   void wait() const;
-  // Precondition: ready(). Returns the value or throws the error.
-  const Value& value_or_throw() const;
-  // Precondition: ready(). The error, if the state failed.
-  const std::optional<Error>& error() const { return error_; }
-  // Runs `callback` once complete: immediately on this thread if already complete, otherwise on
-  // the completing thread. The callback must not block.
-  void on_ready(std::function<void()> callback);
-  // What produced this state ("method 'add' on worker 'w-0'"), for conversion errors.
-  const std::string& context() const { return context_; }
+  // Blocks until the result is there or `deadline` passes; returns whether it is there.
+  bool wait_until(Clock::time_point deadline) const;
+  // Precondition: ready(). The failure, or nullopt on success.
+  std::optional<Error> error() const;
+  // What produces the result, e.g. "method 'add' of worker 'w-0'", for messages.
+  const std::string& context() const;
+  // Blocks until the result is there; returns the untyped value without copying it (the
+  // reference is valid while any copy of this future lives), or throws the call's Error.
+  const Value& value() const;
+
+ protected:
+  UntypedFuture() = default;
+  explicit UntypedFuture(std::shared_ptr<internal::FutureState> state) : state_(std::move(state)) {}
+
+  // Runs `callback` once the result is there: at once on this thread when it already is,
+  // otherwise on the completing thread (a troupe I/O thread). It must be quick and not block.
+  void on_ready(std::function<void()> callback) const;
+  // Throws Error(kTimeout) naming context().
+  [[noreturn]] void throw_timeout() const;
+  // Throws Error(kInvalidArgument): the result could not be converted (`cause`), naming context().
+  [[noreturn]] void throw_conversion_error(const Error& cause) const;
 
  private:
-  bool complete(std::optional<Value> value, std::optional<Error> error);
-
-  // Spins on ready_flag_ for a few microseconds before sleeping: a call's reply usually arrives
-  // within a round trip, and not sleeping saves the wake-up of the waiting thread.
-  bool spin_until_ready() const;
-
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  bool ready_ = false;
-  std::atomic<bool> ready_flag_{false};  // ready_, readable without the lock
-  Value value_;
-  std::optional<Error> error_;
-  std::vector<std::function<void()>> callbacks_;
-  std::string context_;
+  friend struct internal::FutureAccess;
+  std::shared_ptr<internal::FutureState> state_;
 };
 
-// Converts a completed result to T, naming the context on a type mismatch.
-template <typename T>
-T convert_result(const FutureState& state) {
-  const Value& v = state.value_or_throw();
-  if constexpr (std::is_void_v<T>) {
-    return;
-  } else {
-    try {
-      return v.as<T>();
-    } catch (const Error& e) {
-      throw Error(ErrorCode::kInvalidArgument, "result of " + state.context() + ": " + e.message());
-    }
-  }
-}
-
-}  // namespace detail
-
 template <typename T = Value>
-class Future {
+class Future : public UntypedFuture {
  public:
   Future() = default;
-  explicit Future(std::shared_ptr<detail::FutureState> state) : state_(std::move(state)) {}
+  // The same result, converted to T instead of U on get(). Cheap (no copy of the result).
+  template <typename U>
+  explicit Future(const Future<U>& other)
+      : UntypedFuture(static_cast<const UntypedFuture&>(other)) {}
 
-  bool valid() const { return state_ != nullptr; }
-  bool ready() const { return state_->ready(); }
-
-  // Blocks until the result is there. Throws the call's Error on failure.
-  T get() const {
-    state_->wait();
-    return detail::convert_result<T>(*state_);
-  }
+  // Blocks until the result is there. Throws the call's Error on failure, and
+  // Error(kInvalidArgument) naming context() when the value is not a T.
+  T get() const { return convert(); }
   // Blocks at most `timeout`; throws Error(kTimeout) if the result is not there by then. The call
   // itself goes on; a later get() can still return its result.
   template <typename Rep, typename Period>
   T get(std::chrono::duration<Rep, Period> timeout) const {
-    if (!state_->wait_until(Clock::now() + timeout))
-      throw Error(ErrorCode::kTimeout, "timed out waiting for " + state_->context());
-    return detail::convert_result<T>(*state_);
+    if (!wait_until(Clock::now() + timeout)) throw_timeout();
+    return convert();
   }
   // Blocks at most `timeout`; returns whether the result is there.
   template <typename Rep, typename Period>
   bool wait_for(std::chrono::duration<Rep, Period> timeout) const {
-    return state_->wait_until(Clock::now() + timeout);
+    return wait_until(Clock::now() + timeout);
   }
-  void wait() const { state_->wait(); }
-  // Precondition: ready(). The failure, or nullopt on success.
-  std::optional<Error> error() const { return state_->error(); }
 
   // Calls `callback(*this)` once the result is there: at once on this thread when it already is,
   // otherwise on a troupe I/O thread. The callback must be quick and must not block.
   void then(std::function<void(const Future<T>&)> callback) const {
     Future<T> self = *this;
-    state_->on_ready([self, cb = std::move(callback)] { cb(self); });
+    on_ready([self, cb = std::move(callback)] { cb(self); });
   }
 
   // The untyped view of the same result.
-  Future<Value> raw() const { return Future<Value>(state_); }
-  const std::shared_ptr<detail::FutureState>& state() const { return state_; }
+  Future<Value> raw() const { return Future<Value>(*this); }
 
  private:
-  std::shared_ptr<detail::FutureState> state_;
+  friend struct internal::FutureAccess;
+  explicit Future(std::shared_ptr<internal::FutureState> state) : UntypedFuture(std::move(state)) {}
+
+  T convert() const {
+    const Value& v = value();
+    if constexpr (std::is_void_v<T>) {
+      return;
+    } else if constexpr (std::is_same_v<T, Value>) {
+      return v;
+    } else {
+      try {
+        return v.as<T>();
+      } catch (const Error& e) {
+        throw_conversion_error(e);
+      }
+    }
+  }
 };
 
 // Blocks until every future is ready or `timeout` passes; returns whether all are ready.
@@ -130,7 +121,7 @@ template <typename T, typename Rep, typename Period>
 bool wait_all(const std::vector<Future<T>>& futures, std::chrono::duration<Rep, Period> timeout) {
   auto deadline = Clock::now() + timeout;
   for (const auto& f : futures)
-    if (!f.state()->wait_until(deadline)) return false;
+    if (!f.wait_until(deadline)) return false;
   return true;
 }
 template <typename T>
@@ -138,32 +129,33 @@ void wait_all(const std::vector<Future<T>>& futures) {
   for (const auto& f : futures) f.wait();
 }
 
-// Blocks until at least one future is ready or `timeout` passes; returns the index of a ready
-// future, or nullopt on timeout (or when `futures` is empty).
-std::optional<size_t> wait_any_state(
-    const std::vector<std::shared_ptr<detail::FutureState>>& states, Clock::time_point deadline);
+// Blocks until at least one future is ready or `deadline` passes; returns the index of a ready
+// future, or nullopt on timeout (or when `futures` is empty). Each still-pending future keeps a
+// small callback until it completes.
+std::optional<size_t> wait_any_until(const std::vector<Future<Value>>& futures,
+                                     Clock::time_point deadline);
 
 template <typename T, typename Rep, typename Period>
 std::optional<size_t> wait_any(const std::vector<Future<T>>& futures,
                                std::chrono::duration<Rep, Period> timeout) {
-  std::vector<std::shared_ptr<detail::FutureState>> states;
-  states.reserve(futures.size());
-  for (const auto& f : futures) states.push_back(f.state());
-  return wait_any_state(states, Clock::now() + timeout);
+  std::vector<Future<Value>> raw;
+  raw.reserve(futures.size());
+  for (const auto& f : futures) raw.push_back(f.raw());
+  return wait_any_until(raw, Clock::now() + timeout);
 }
 
-// A future that is already complete.
+// A future that already holds `value`.
+Future<Value> make_ready_value_future(Value value);
+// A future that already failed with `error`.
+Future<Value> make_failed_value_future(Error error);
+
 template <typename T = Value>
 Future<T> make_ready_future(Value value) {
-  auto state = std::make_shared<detail::FutureState>();
-  state->set_value(std::move(value));
-  return Future<T>(std::move(state));
+  return Future<T>(make_ready_value_future(std::move(value)));
 }
 template <typename T = Value>
 Future<T> make_failed_future(Error error) {
-  auto state = std::make_shared<detail::FutureState>();
-  state->set_error(std::move(error));
-  return Future<T>(std::move(state));
+  return Future<T>(make_failed_value_future(std::move(error)));
 }
 
 }  // namespace troupe

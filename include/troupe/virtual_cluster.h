@@ -87,8 +87,9 @@ struct VirtualClusterOptions {
 };
 
 namespace internal {
-class VirtualClusterImpl;
-}
+class VirtualClusterImpl;  // defined inside the library only
+struct Access;             // the library's own access to it
+}  // namespace internal
 
 class VirtualCluster {
  public:
@@ -116,9 +117,8 @@ class VirtualCluster {
   void shutdown();
   bool is_shut_down() const;
 
-  internal::VirtualClusterImpl& impl() { return *impl_; }
-
  private:
+  friend struct internal::Access;
   std::unique_ptr<internal::VirtualClusterImpl> impl_;
 };
 

@@ -66,11 +66,16 @@ class StreamWriter {
   std::function<void(Value)> sink_;
 };
 
-namespace detail {
-
+// The registry of worker classes: what a worker process can construct and call by name, and
+// what the driver checks class names against. TROUPE_WORKER_CLASS fills it for C++ classes; a
+// language binding (the Python package) fills it through register_worker_class and
+// set_worker_class_resolver with entries of its own.
+//
 // `where` in the signatures below is the caller-facing description of the call site, such as
 // "method 'add' of worker 'w-0' (class Adder)"; it is used only to build error messages.
-struct MethodInfo {
+
+// One method of a worker class.
+struct WorkerMethodInfo {
   std::string name;
   std::vector<std::string> params;
   std::vector<std::string> param_types;
@@ -91,13 +96,14 @@ struct MethodInfo {
       start;
 };
 
-struct ClassInfo {
+// One worker class: how to construct it and its methods.
+struct WorkerClassInfo {
   std::string name;
   // Applied by WorkerBuilder over the caller's options; may be empty.
   std::function<void(WorkerConfig&)> configure;
   std::vector<std::string> ctor_params;
   std::function<std::shared_ptr<void>(const Map& kwargs, const std::string& where)> construct;
-  std::map<std::string, MethodInfo> methods;
+  std::map<std::string, WorkerMethodInfo> methods;
   // Where the constructor and the methods run. False: inline, on the worker's I/O thread. True
   // (e.g. for Python classes, whose code holds the GIL): on the worker's method thread, one at a
   // time in arrival order, never inside an I/O handler, so that the worker keeps answering
@@ -106,17 +112,27 @@ struct ClassInfo {
   bool method_thread = false;
 };
 
-// The process-wide class registry. register_class aborts on a duplicate name (a programming
-// error found at start-up). Thread-safe after static initialisation.
-void register_class(ClassInfo info);
-const ClassInfo* find_class(const std::string& name);
+// Adds `info` to the process-wide registry (the registry owns it from then on, for the rest of
+// the process). Aborts on a duplicate name: a programming error found at start-up. Thread-safe;
+// usually called during static initialisation (TROUPE_WORKER_CLASS) or before the first worker
+// of the class starts.
+void register_worker_class(WorkerClassInfo info);
+// The class named `name`, or null when it is unknown. The pointer stays valid for the rest of
+// the process. For a name not registered yet it asks the resolver (if one is set), on the
+// calling thread and outside the registry's lock, and registers what it returns; the resolver's
+// Error propagates. Thread-safe.
+const WorkerClassInfo* find_worker_class(const std::string& name);
 // A source of classes that are not registered statically (the Python package resolves
-// "pkg.module.Class" names by importing them). find_class asks it for names it does not know and
-// registers what it returns; nullopt means unknown. It may throw Error (the class
-// exists but cannot be loaded); find_class passes that on. Set once, before any find_class that
-// needs it.
-void set_class_resolver(std::function<std::optional<ClassInfo>(const std::string& name)> resolver);
-std::vector<std::string> registered_class_names();
+// "pkg.module.Class" names by importing them). find_worker_class asks it for names it does not
+// know; nullopt means unknown. It may throw Error (the class exists but cannot be loaded). It runs
+// on the thread that called find_worker_class and may block. Replaces any earlier
+// resolver; set it before the first find_worker_class that needs it. Thread-safe.
+void set_worker_class_resolver(
+    std::function<std::optional<WorkerClassInfo>(const std::string& name)> resolver);
+// The names of every registered class (resolved ones included), sorted. Thread-safe.
+std::vector<std::string> registered_worker_class_names();
+
+namespace detail {  // helpers of the templates below; not for use outside this header
 
 // Checks that every key of `kwargs` names a parameter; throws Error(kInvalidArgument) otherwise.
 void check_no_extra_args(const Map& kwargs, const std::vector<std::string>& params,
@@ -219,7 +235,7 @@ class ClassBuilder {
   ClassBuilder& stream_method(const std::string& name, R (C::*fn)(StreamWriter&, A...),
                               std::vector<std::string> params = {}) {
     detail::check_param_count("method " + info_.name + "." + name, sizeof...(A), params.size());
-    detail::MethodInfo m;
+    WorkerMethodInfo m;
     m.name = name;
     m.params = params;
     m.param_types = {type_name<A>()...};
@@ -241,13 +257,13 @@ class ClassBuilder {
     return *this;
   }
 
-  detail::ClassInfo release() { return std::move(info_); }
+  WorkerClassInfo release() { return std::move(info_); }
 
  private:
   template <typename R, typename... A, typename F>
   ClassBuilder& add_method(const std::string& name, F call, std::vector<std::string> params) {
     detail::check_param_count("method " + info_.name + "." + name, sizeof...(A), params.size());
-    detail::MethodInfo m;
+    WorkerMethodInfo m;
     m.name = name;
     m.params = params;
     m.param_types = {type_name<A>()...};
@@ -267,7 +283,7 @@ class ClassBuilder {
     return *this;
   }
 
-  detail::ClassInfo info_;
+  WorkerClassInfo info_;
 };
 
 namespace detail {
@@ -275,7 +291,7 @@ template <typename C>
 bool define_class(const char* name, void (*define)(ClassBuilder<C>&)) {
   ClassBuilder<C> builder(name);
   define(builder);
-  register_class(builder.release());
+  register_worker_class(builder.release());
   return true;
 }
 }  // namespace detail

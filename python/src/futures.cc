@@ -34,12 +34,12 @@ Clock::time_point deadline_of(std::optional<double> timeout_s) {
 // 100 us was measured slower, 1 ms no faster; see BENCHMARKS.md), checking between yields. A reply
 // to a short call usually arrives within that time: the thread then needs no wake-up, and unlike a
 // busy spin it leaves the core to the threads that produce the result (the worker, this process's
-// I/O thread) on a machine with few cores. Without the GIL; returns whether `state` is ready.
-bool yield_until_ready(const detail::FutureState& state, Clock::time_point deadline) {
+// I/O thread) on a machine with few cores. Without the GIL; returns whether `future` is ready.
+bool yield_until_ready(const Future<Value>& future, Clock::time_point deadline) {
   constexpr auto kYieldFor = std::chrono::microseconds(300);
   auto until = std::min(deadline, Clock::now() + kYieldFor);
   for (;;) {
-    if (state.ready()) return true;
+    if (future.ready()) return true;
     if (Clock::now() >= until) return false;
     sched_yield();
   }
@@ -48,28 +48,27 @@ bool yield_until_ready(const detail::FutureState& state, Clock::time_point deadl
 }  // namespace
 
 bool PyFuture::wait(std::optional<double> timeout_s) const {
-  const auto& state = future.state();
-  if (state->ready()) return true;  // keeps the GIL
+  if (future.ready()) return true;  // keeps the GIL
   pyb::gil_scoped_release nogil;
-  yield_until_ready(*state, timeout_s ? deadline_of(timeout_s) : Clock::time_point::max());
+  yield_until_ready(future, timeout_s ? deadline_of(timeout_s) : Clock::time_point::max());
   if (!timeout_s) {
     future.wait();
     return true;
   }
-  return state->wait_until(deadline_of(timeout_s));
+  return future.wait_until(deadline_of(timeout_s));
 }
 
 pyb::object PyFuture::result(std::optional<double> timeout_s) const {
   if (!wait(timeout_s))
     throw Error(ErrorCode::kTimeout, "timed out after " + std::to_string(*timeout_s) +
-                                         " s waiting for " + future.state()->context());
-  return from_value(future.state()->value_or_throw());
+                                         " s waiting for " + future.context());
+  return from_value(future.value());
 }
 
 pyb::object PyFuture::exception(std::optional<double> timeout_s) const {
   if (!wait(timeout_s))
     throw Error(ErrorCode::kTimeout, "timed out after " + std::to_string(*timeout_s) +
-                                         " s waiting for " + future.state()->context());
+                                         " s waiting for " + future.context());
   auto error = future.error();
   if (!error) return pyb::none();
   try {
@@ -89,10 +88,10 @@ void bind_futures(pyb::module_& m) {
       .def("exception", &PyFuture::exception, pyb::arg("timeout") = pyb::none())
       .def("wait", &PyFuture::wait, pyb::arg("timeout") = pyb::none())
       .def("done", [](const PyFuture& f) { return f.future.ready(); })
-      .def("context", [](const PyFuture& f) { return f.future.state()->context(); })
+      .def("context", [](const PyFuture& f) { return f.future.context(); })
       .def("add_done_callback", [](const PyFuture& f, std::function<void()> callback) {
         // Runs on this thread when already done, else on a troupe I/O thread (with the GIL).
-        f.future.state()->on_ready([callback] {
+        f.future.then([callback](const Future<Value>&) {
           pyb::gil_scoped_acquire gil;
           try {
             callback();
@@ -150,8 +149,8 @@ void bind_futures(pyb::module_& m) {
               pyb::gil_scoped_release nogil;
               auto deadline = deadline_of(timeout_s);
               for (const auto& x : f.future.futures())
-                if (!x.state()->wait_until(deadline))
-                  throw Error(ErrorCode::kTimeout, "timed out waiting for " + x.state()->context());
+                if (!x.wait_until(deadline))
+                  throw Error(ErrorCode::kTimeout, "timed out waiting for " + x.context());
             }
             std::vector<Value> values = f.future.get();
             pyb::list out;

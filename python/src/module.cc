@@ -34,8 +34,8 @@ std::chrono::milliseconds ms(double seconds) {
 // class is importable here), called as the reference does with num_gpus, bundle_indices and
 // num_gpus_per_node; it returns (resources, env_vars, init_kwargs, runtime_env_overrides).
 void register_python_class(const std::string& name, pyb::object configure) {
-  if (detail::find_class(name)) return;
-  detail::ClassInfo info;
+  if (find_worker_class(name)) return;
+  WorkerClassInfo info;
   info.name = name;
   if (!configure.is_none()) {
     // Never released: the class registry outlives the interpreter (it is destroyed with the
@@ -74,7 +74,7 @@ void register_python_class(const std::string& name, pyb::object configure) {
         }
     };
   }
-  detail::register_class(std::move(info));
+  register_worker_class(std::move(info));
 }
 
 // Interpreters for Python class names given after their Cluster was made

@@ -147,7 +147,7 @@ void start_method(void* object, const std::string& name, const Map& kwargs, Done
   }
 }
 
-std::optional<detail::ClassInfo> resolve(const std::string& name) {
+std::optional<WorkerClassInfo> resolve(const std::string& name) {
   auto dot = name.rfind('.');
   if (dot == std::string::npos) return std::nullopt;
   pyb::gil_scoped_acquire gil;
@@ -157,7 +157,7 @@ std::optional<detail::ClassInfo> resolve(const std::string& name) {
   } catch (pyb::error_already_set& e) {
     throw_python_error(e, ErrorCode::kUnknownClass);
   }
-  detail::ClassInfo info;
+  WorkerClassInfo info;
   info.name = name;
   info.method_thread = true;          // the worker's method thread (see src/worker/method_loop.h)
   auto* held = new pyb::object(cls);  // never released: the registry outlives the interpreter
@@ -178,7 +178,7 @@ std::optional<detail::ClassInfo> resolve(const std::string& name) {
   }
   for (auto entry : methods) {
     auto t = entry.cast<pyb::tuple>();
-    detail::MethodInfo m;
+    WorkerMethodInfo m;
     m.name = t[0].cast<std::string>();
     m.params = t[1].cast<std::vector<std::string>>();
     m.param_types.assign(m.params.size(), "any");
@@ -199,6 +199,6 @@ std::optional<detail::ClassInfo> resolve(const std::string& name) {
 
 }  // namespace
 
-void install_python_classes() { detail::set_class_resolver(&resolve); }
+void install_python_classes() { set_worker_class_resolver(&resolve); }
 
 }  // namespace troupe::py

@@ -17,6 +17,7 @@
 #include "agent/port_book.h"
 #include "agent/worker_table.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/private_dir.h"
 #include "common/proc_stats.h"
@@ -81,7 +82,7 @@ class Agent {
                                                   config_.object_store_memory, config_.host_name);
       if (size_t n = store_->sweep())
         TROUPE_LOG(Info) << "removed " << n << " store object(s) of agents that are gone";
-      containment_ = Containment::create(env::get_or(kCgroupsEnv, "1") != "0");
+      containment_ = Containment::create(env::get_or(agent_env::kCgroups, "1") != "0");
       table_ = std::make_unique<WorkerTable>(
           io_, worker_host(), ports_, *containment_,
           [this](const std::string& exe, const control::StartWorker& request) {

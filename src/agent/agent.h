@@ -51,6 +51,8 @@
 #include <string>
 #include <vector>
 
+#include "common/launch_env.h"
+
 namespace troupe::agent {
 
 struct AgentConfig {
@@ -90,25 +92,11 @@ struct AgentConfig {
   int64_t object_store_memory = 0;
 };
 
-// Reads the configuration that the driver (or `troupe start`) put in the environment.
+// Reads the configuration that the driver (or `troupe start`) put in the environment
+// (agent_env in common/launch_env.h).
 AgentConfig config_from_environment();
 
 // Runs the agent until it is told to stop; returns the process exit code.
 int run_agent(const AgentConfig& config);
-
-// Environment variable names for config_from_environment.
-namespace agent_env {
-constexpr const char* kHostName = "TROUPE_AGENT_HOST_NAME";
-constexpr const char* kAddress = "TROUPE_AGENT_ADDRESS";
-constexpr const char* kNumCpus = "TROUPE_AGENT_NUM_CPUS";
-constexpr const char* kGpuIds = "TROUPE_AGENT_GPU_IDS";  // comma-separated
-constexpr const char* kLabels = "TROUPE_AGENT_LABELS";   // k=v,k=v
-constexpr const char* kHead = "TROUPE_HEAD";
-constexpr const char* kSessionDir = "TROUPE_SESSION_DIR";
-constexpr const char* kSocketDir = "TROUPE_SOCKET_DIR";
-constexpr const char* kLogToTerminal = "TROUPE_LOG_TO_DRIVER";            // "0" turns it off
-constexpr const char* kForkServer = "TROUPE_FORK_SERVER";                 // "0" turns it off
-constexpr const char* kObjectStoreMemory = "TROUPE_OBJECT_STORE_MEMORY";  // bytes
-}  // namespace agent_env
 
 }  // namespace troupe::agent

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "troupe/error.h"
@@ -154,7 +155,7 @@ std::optional<ProcInfo> read_proc(pid_t pid) {
 // The value of TROUPE_CONTAINER in /proc/PID/environ; "" when absent or unreadable.
 std::string marker_of(pid_t pid) {
   std::string env = read_file("/proc/" + std::to_string(pid) + "/environ");
-  std::string key = std::string(kContainerEnv) + "=";
+  std::string key = std::string(worker_env::kContainer) + "=";
   size_t pos = 0;
   while (pos < env.size()) {
     size_t end = env.find('\0', pos);
@@ -318,7 +319,7 @@ std::string own_cgroup_dir() {
 std::unique_ptr<Containment> Containment::create(bool try_cgroups) {
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
     TROUPE_LOG(Warning) << "PR_SET_CHILD_SUBREAPER: " << std::strerror(errno);
-  std::string why = "turned off (" + std::string(kCgroupsEnv) + "=0)";
+  std::string why = "turned off (" + std::string(agent_env::kCgroups) + "=0)";
   if (try_cgroups) {
     if (auto c = try_cgroup(&why)) {
       TROUPE_LOG(Info) << "worker containment: cgroup";

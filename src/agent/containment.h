@@ -45,9 +45,8 @@ struct Container {
   fs::UniqueFd procs;
 };
 
-constexpr const char* kContainerEnv = "TROUPE_CONTAINER";
-constexpr const char* kCgroupsEnv = "TROUPE_CGROUPS";  // "0": subreaper mode
-
+// The marker's and the mode switch's names: worker_env::kContainer and agent_env::kCgroups
+// (common/launch_env.h).
 class Containment {
  public:
   virtual ~Containment() = default;

@@ -20,12 +20,19 @@
 #include "agent/containment.h"
 #include "agent/fork_server_protocol.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "troupe/error.h"
 
 namespace troupe::agent {
 namespace {
+
+// Whether `entry` ("NAME=value") sets the variable `name`.
+bool is_var(const std::string& entry, const char* name) {
+  size_t n = std::strlen(name);
+  return entry.compare(0, n, name) == 0 && entry.size() > n && entry[n] == '=';
+}
 
 using Clock = std::chrono::steady_clock;
 // The first exchange waits for the fork server's exec and start-up (a loaded machine may take a
@@ -115,18 +122,19 @@ ForkServer::ForkServer(std::string executable, std::vector<std::string> env,
   }
   std::vector<std::string> vars;
   for (auto& kv : env)
-    if (kv.rfind("TROUPE_ROLE=", 0) != 0 && kv.rfind("TROUPE_TOKEN=", 0) != 0 &&
-        kv.rfind(kForkServerFdEnv, 0) != 0 && kv.rfind("LD_BIND_NOW=", 0) != 0 &&
-        kv.rfind(std::string(kContainerEnv) + "=", 0) != 0)
+    if (!is_var(kv, worker_env::kRole) && !is_var(kv, launch_env::kToken) &&
+        !is_var(kv, worker_env::kForkServerFd) && !is_var(kv, worker_env::kContainer) &&
+        kv.rfind("LD_BIND_NOW=", 0) != 0)
       vars.push_back(std::move(kv));
-  vars.push_back("TROUPE_ROLE=forkserver");
+  vars.push_back(std::string(worker_env::kRole) + "=forkserver");
   // Room for each worker's container marker in the environment block that /proc/PID/environ
   // shows (the fork server's, which its workers inherit; containment.h): the worker writes its
   // own marker there.
-  vars.push_back(std::string(kContainerEnv) + "=" + std::string(fork_protocol::kMarkerRoom, '_'));
+  vars.push_back(std::string(worker_env::kContainer) + "=" +
+                 std::string(fork_protocol::kMarkerRoom, '_'));
   // Resolve every symbol at its start, once, rather than lazily in each worker it forks.
   vars.push_back("LD_BIND_NOW=1");
-  vars.push_back(std::string(kForkServerFdEnv) + "=" + std::to_string(sv[1]));
+  vars.push_back(std::string(worker_env::kForkServerFd) + "=" + std::to_string(sv[1]));
   process::SpawnOptions opts;
   opts.executable = executable_;
   opts.env = std::move(vars);

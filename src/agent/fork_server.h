@@ -108,7 +108,4 @@ class ForkServer {
 constexpr int kBecomeWorker = -1;
 int run_fork_server();
 
-// Environment variable naming the fork server's socket descriptor.
-constexpr const char* kForkServerFdEnv = "TROUPE_FORK_SERVER_FD";
-
 }  // namespace troupe::agent

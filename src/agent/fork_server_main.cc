@@ -24,6 +24,7 @@
 #include "agent/containment.h"
 #include "agent/fork_server.h"
 #include "agent/fork_server_protocol.h"
+#include "common/launch_env.h"
 #include "common/token.h"
 
 extern char** environ;
@@ -111,7 +112,7 @@ char* marker_room = nullptr;
 // the placeholder, so that it and whatever it forks carry the marker in /proc (containment.h).
 void write_marker(const std::vector<std::string>& strings) {
   if (!marker_room) return;
-  const std::string key = std::string(kContainerEnv) + "=";
+  const std::string key = std::string(worker_env::kContainer) + "=";
   std::string value;
   for (size_t i = 1; i < strings.size(); ++i)
     if (strings[i].rfind(key, 0) == 0) value = strings[i].substr(key.size());
@@ -182,7 +183,7 @@ void become_worker(pid_t agent, pid_t intermediate, mode_t mask,
 pid_t fork_as_sibling() {
 #if defined(__x86_64__)
   // For tests of the fallback (fork_server_test): the agent's environment, hence ours.
-  static const bool forced_off = std::getenv("TROUPE_FORK_SERVER_DOUBLE_FORK") != nullptr;
+  static const bool forced_off = std::getenv(worker_env::kForkServerDoubleFork) != nullptr;
   static int* tid_address = [] {
     int* p = nullptr;
     return ::prctl(PR_GET_TID_ADDRESS, &p) == 0 ? p : nullptr;
@@ -199,13 +200,13 @@ pid_t fork_as_sibling() {
 }  // namespace
 
 int run_fork_server() {
-  const char* fd_text = std::getenv(kForkServerFdEnv);
+  const char* fd_text = std::getenv(worker_env::kForkServerFd);
   if (!fd_text) return 2;
   const int sock = std::atoi(fd_text);
   ::fcntl(sock, F_SETFD, FD_CLOEXEC);
   const pid_t agent = ::getppid();  // spawn() checked it after setting PDEATHSIG on it
   // environ still points into the block the kernel set up at exec (nothing changed it yet).
-  const std::string marker_key = std::string(kContainerEnv) + "=";
+  const std::string marker_key = std::string(worker_env::kContainer) + "=";
   for (char** e = environ; *e; ++e)
     if (std::strncmp(*e, marker_key.c_str(), marker_key.size()) == 0 &&
         std::strlen(*e + marker_key.size()) == fp::kMarkerRoom)

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "agent/fork_server.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "troupe/error.h"
 
@@ -59,8 +60,9 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
       launch_.executable == launch_.fork_server->executable()) {
     ForkServer::Request req;
     req.env = launch_.env;
-    req.env.push_back("TROUPE_READY_FD=3");  // the descriptors' numbers in the worker (FS-2)
-    req.env.push_back("TROUPE_TOKEN_FD=4");
+    req.env.push_back(std::string(worker_env::kReadyFd) +
+                      "=3");  // the descriptors' numbers in the worker (FS-2)
+    req.env.push_back(std::string(launch_env::kTokenFd) + "=4");
     char cwd[4096];
     if (::getcwd(cwd, sizeof(cwd))) req.cwd = cwd;
     req.stdout_fd = out[1];
@@ -85,8 +87,8 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
       opts.args.insert(opts.args.end(), launch_.args.begin(), launch_.args.end());
     }
     opts.env = launch_.env;
-    opts.env.push_back("TROUPE_READY_FD=" + std::to_string(ready[1]));
-    opts.env.push_back("TROUPE_TOKEN_FD=" + std::to_string(token[0]));
+    opts.env.push_back(std::string(worker_env::kReadyFd) + "=" + std::to_string(ready[1]));
+    opts.env.push_back(std::string(launch_env::kTokenFd) + "=" + std::to_string(token[0]));
     opts.stdout_fd = out[1];
     opts.stderr_fd = err[1];
     opts.inherit_fds = {ready[1], token[0]};

@@ -7,9 +7,9 @@
 
 #include "agent/port_book.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/private_dir.h"
 #include "common/proc_stats.h"
-#include "worker/worker_env.h"
 
 namespace troupe::agent {
 namespace {
@@ -95,15 +95,15 @@ WorkerLaunch WorkerTable::make_launch(const control::StartWorker& request,
   auto vars = request.env;
   std::string cuda;
   for (int g : gpus) cuda += (cuda.empty() ? "" : ",") + std::to_string(g);
-  vars["CUDA_VISIBLE_DEVICES"] = cuda;
+  vars[worker_env::kCudaVisibleDevices] = cuda;
   vars[worker_env::kRole] = "worker";
   vars[worker_env::kName] = request.name;
   vars[worker_env::kHostName] = host_.host_name;
   vars[worker_env::kStoreOwner] = std::to_string(::getpid());
   vars[worker_env::kUnixEndpoint] = unix_ep;
   vars[worker_env::kTcpHost] = host_.address;
-  vars[kContainerEnv] = container;
-  vars.erase("TROUPE_TOKEN");  // the token goes through a pipe (WorkerLaunch::token)
+  vars[worker_env::kContainer] = container;
+  vars.erase(launch_env::kToken);  // the token goes through a pipe (WorkerLaunch::token)
   launch.token = host_.token;
   launch.env = env::to_strings(vars);
   if (launch.wrapper.empty() && launch.args.empty() && fork_server_for_)
@@ -238,7 +238,7 @@ void WorkerTable::exited(const std::string& name, const std::shared_ptr<WorkerPr
   ::unlink(it->second.socket_path.c_str());
   workers_.erase(it);
   exits_.push_back(
-      Exit{name, env_of(proc->launch(), "TROUPE_WORKER_GROUP"), proc->pid(), s.describe()});
+      Exit{name, env_of(proc->launch(), group_env::kGroup), proc->pid(), s.describe()});
   if (exits_.size() > kExitsKept) exits_.pop_front();
   for (const auto& waiter : waiters) waiter(s.describe());
 }
@@ -249,8 +249,8 @@ Array WorkerTable::list() const {
     out.push_back(Map{{"name", name},
                       {"pid", static_cast<int64_t>(w.process->pid())},
                       {"alive", !w.process->exited()},
-                      {"group", env_of(w.process->launch(), "TROUPE_WORKER_GROUP")},
-                      {"rank", env_of(w.process->launch(), "RANK")},
+                      {"group", env_of(w.process->launch(), group_env::kGroup)},
+                      {"rank", env_of(w.process->launch(), group_env::kRank)},
                       {"launch", w.process->from_fork_server() ? "fork_server" : "exec"}});
   for (const auto& e : exits_)
     out.push_back(Map{{"name", e.name},

@@ -10,6 +10,7 @@
 #include "cli/standing.h"
 #include "cli/status.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/token.h"
 #include "controller/session_dir.h"
 #include "wire/control.h"
@@ -112,7 +113,7 @@ std::string head_token(const LogsOptions& o, std::string& endpoint) {
     throw Error(ErrorCode::kInvalidArgument,
                 "no running cluster found (give --address HOST:PORT or --session DIR)");
   endpoint = "unix:" + internal::socket_dir_of(session) + "/head.sock";
-  std::string t = env::get_or("TROUPE_TOKEN", "");
+  std::string t = env::get_or(launch_env::kToken, "");
   return t.empty() ? token::read_file(session + "/token") : t;
 }
 

@@ -19,6 +19,7 @@
 #include "cli/slurm_env.h"
 #include "cli/standing.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/token.h"
@@ -248,8 +249,8 @@ class SlurmRun {
               "--slurm"};
     auto vars = env::current();
     for (const char* name : kTaskShapeVariables) vars.erase(name);
-    vars.erase("TROUPE_TOKEN_FILE");
-    vars["TROUPE_TOKEN"] = token_;  // in the step's environment only: no shared file system
+    vars.erase(launch_env::kTokenFile);
+    vars[launch_env::kToken] = token_;  // in the step's environment only: no shared file system
     s.env = env::to_strings(vars);
     s.stdout_fd = log;
     s.stderr_fd = log;
@@ -316,9 +317,9 @@ class SlurmRun {
     d.executable = o_.driver.at(0);
     d.args.assign(o_.driver.begin() + 1, o_.driver.end());
     auto vars = env::current();
-    vars.erase("TROUPE_TOKEN_FILE");
-    vars["TROUPE_ADDRESS"] = address_;
-    vars["TROUPE_TOKEN"] = token_;
+    vars.erase(launch_env::kTokenFile);
+    vars[launch_env::kAddress] = address_;
+    vars[launch_env::kToken] = token_;
     d.env = env::to_strings(vars);
     d.stdin_fd = 0;
     d.parent_death_signal = SIGTERM;

@@ -24,6 +24,7 @@
 #include "cli/slurm_env.h"
 #include "cli/status.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/private_dir.h"
 #include "common/process.h"
 #include "common/token.h"
@@ -238,7 +239,7 @@ Value standing_head_status(const head::Head& head, const std::string& address) {
 
 std::string standing_token(const std::string& token_file) {
   if (!token_file.empty()) return token::read_file(token_file);
-  if (auto t = env::get("TROUPE_TOKEN"); t && !t->empty()) return *t;
+  if (auto t = env::get(launch_env::kToken); t && !t->empty()) return *t;
   std::string path = run_dir() + "/token";
   if (!stdfs::exists(path))
     throw Error(ErrorCode::kUnauthenticated,
@@ -256,7 +257,7 @@ int run_start_head(const StartHeadOptions& o) {
     std::string token;
     if (!o.token_file.empty()) {
       token = token::read_file(o.token_file);
-    } else if (auto t = env::get("TROUPE_TOKEN"); t && !t->empty()) {
+    } else if (auto t = env::get(launch_env::kToken); t && !t->empty()) {
       token = *t;
     } else {
       token_path = dir + "/token";
@@ -372,7 +373,7 @@ int run_start_agent(const StartAgentOptions& o) {
     c.object_store_memory = o.object_store_memory;
     // Fork servers of drivers' binaries (fork_server_choice.h) unless the environment turns
     // them off.
-    c.fork_server = env::get_or(agent::agent_env::kForkServer, "1") != "0";
+    c.fork_server = env::get_or(agent_env::kForkServer, "1") != "0";
     const std::string log = dir + "/agent-" + c.host_name + ".log";
     const std::string pidfile = dir + "/agent-" + c.host_name + ".pid";
     auto body = [&](int ready_fd) -> int {

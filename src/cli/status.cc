@@ -10,6 +10,7 @@
 
 #include "cli/agents.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/token.h"
 #include "controller/session_dir.h"
 #include "transport/io_loop.h"
@@ -203,7 +204,7 @@ int run_status(std::string session, const std::string& address, const std::strin
     return 1;
   }
   try {
-    std::string t = env::get_or("TROUPE_TOKEN", "");
+    std::string t = env::get_or(launch_env::kToken, "");
     if (t.empty()) t = token::read_file(session + "/token");
     print(ask_head_status("unix:" + internal::socket_dir_of(session) + "/head.sock", t));
     return 0;

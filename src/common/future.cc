@@ -2,8 +2,10 @@
 
 #include <thread>
 
+#include "common/future_state.h"
+
 namespace troupe {
-namespace detail {
+namespace internal {
 
 bool FutureState::complete(std::optional<Value> value, std::optional<Error> error) {
   std::vector<std::function<void()>> callbacks;
@@ -75,19 +77,52 @@ void FutureState::on_ready(std::function<void()> callback) {
   callback();
 }
 
-}  // namespace detail
+}  // namespace internal
 
-std::optional<size_t> wait_any_state(
-    const std::vector<std::shared_ptr<detail::FutureState>>& states, Clock::time_point deadline) {
-  if (states.empty()) return std::nullopt;
+bool UntypedFuture::ready() const { return state_->ready(); }
+void UntypedFuture::wait() const { state_->wait(); }
+bool UntypedFuture::wait_until(Clock::time_point deadline) const {
+  return state_->wait_until(deadline);
+}
+std::optional<Error> UntypedFuture::error() const { return state_->error(); }
+const std::string& UntypedFuture::context() const { return state_->context(); }
+const Value& UntypedFuture::value() const {
+  state_->wait();
+  return state_->value_or_throw();
+}
+void UntypedFuture::on_ready(std::function<void()> callback) const {
+  state_->on_ready(std::move(callback));
+}
+void UntypedFuture::throw_timeout() const {
+  throw Error(ErrorCode::kTimeout, "timed out waiting for " + state_->context());
+}
+void UntypedFuture::throw_conversion_error(const Error& cause) const {
+  throw Error(ErrorCode::kInvalidArgument,
+              "result of " + state_->context() + ": " + cause.message());
+}
+
+Future<Value> make_ready_value_future(Value value) {
+  auto state = std::make_shared<internal::FutureState>();
+  state->set_value(std::move(value));
+  return internal::FutureAccess::make(std::move(state));
+}
+Future<Value> make_failed_value_future(Error error) {
+  auto state = std::make_shared<internal::FutureState>();
+  state->set_error(std::move(error));
+  return internal::FutureAccess::make(std::move(state));
+}
+
+std::optional<size_t> wait_any_until(const std::vector<Future<Value>>& futures,
+                                     Clock::time_point deadline) {
+  if (futures.empty()) return std::nullopt;
   struct Shared {
     std::mutex mu;
     std::condition_variable cv;
     std::optional<size_t> first;
   };
   auto shared = std::make_shared<Shared>();
-  for (size_t i = 0; i < states.size(); ++i) {
-    states[i]->on_ready([shared, i] {
+  for (size_t i = 0; i < futures.size(); ++i) {
+    internal::FutureAccess::state(futures[i])->on_ready([shared, i] {
       std::lock_guard<std::mutex> lock(shared->mu);
       if (!shared->first) shared->first = i;
       shared->cv.notify_all();

@@ -7,11 +7,13 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/launch_env.h"
+
 namespace troupe::log {
 namespace {
 
 Level level_from_env() {
-  const char* v = std::getenv("TROUPE_LOG_LEVEL");
+  const char* v = std::getenv(launch_env::kLogLevel);
   if (!v) return Level::kWarning;
   if (!std::strcmp(v, "debug")) return Level::kDebug;
   if (!std::strcmp(v, "info")) return Level::kInfo;

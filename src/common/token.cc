@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/launch_env.h"
 #include "troupe/error.h"
 
 namespace troupe::token {
@@ -91,13 +92,13 @@ std::string read_fd(int fd) {
 }
 
 std::string from_environment() {
-  if (const char* t = std::getenv("TROUPE_TOKEN"); t && *t) return t;
-  if (const char* f = std::getenv("TROUPE_TOKEN_FD"); f && *f) {
+  if (const char* t = std::getenv(launch_env::kToken); t && *t) return t;
+  if (const char* f = std::getenv(launch_env::kTokenFd); f && *f) {
     int fd = std::atoi(f);
-    ::unsetenv("TROUPE_TOKEN_FD");
+    ::unsetenv(launch_env::kTokenFd);
     return read_fd(fd);
   }
-  if (const char* f = std::getenv("TROUPE_TOKEN_FILE"); f && *f) return read_file(f);
+  if (const char* f = std::getenv(launch_env::kTokenFile); f && *f) return read_file(f);
   return {};
 }
 

@@ -35,7 +35,7 @@ class AgentReply {
   // Error(kTimeout), or the decoder's Error(kInvalidArgument) naming the message and field.
   R get(std::chrono::milliseconds timeout) const { return decode_(raw_.get(timeout)); }
   // Blocks until the answer is there or `deadline`; returns whether it is.
-  bool wait_until(Clock::time_point deadline) const { return raw_.state()->wait_until(deadline); }
+  bool wait_until(Clock::time_point deadline) const { return raw_.wait_until(deadline); }
   // Calls `callback` once: with the error (the request's or the decoder's) and a default R, or
   // with null and the decoded reply. Runs now when the answer is there, else on the thread that
   // completes it (the I/O thread); it must not block.
@@ -45,7 +45,7 @@ class AgentReply {
       if (auto e = f.error()) return cb(&*e, R{});
       R reply;
       try {
-        reply = decode(f.state()->value_or_throw());
+        reply = decode(f.get());
       } catch (const Error& e) {
         return cb(&e, R{});
       }

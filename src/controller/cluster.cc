@@ -10,13 +10,13 @@
 #include <thread>
 
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "controller/cluster_impl.h"
 #include "controller/init.h"
 #include "troupe/worker_class.h"
 #include "wire/control.h"
-#include "worker/worker_env.h"
 
 namespace troupe {
 namespace internal {
@@ -36,7 +36,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
                 "this process was started by troupe as a " + *env::get(worker_env::kRole) +
                     ", but main() did not call troupe::init(argc, argv) first");
   std::string address =
-      options_.address.empty() ? env::get_or("TROUPE_ADDRESS", "") : options_.address;
+      options_.address.empty() ? env::get_or(launch_env::kAddress, "") : options_.address;
   if (address.empty() && options_.hosts.empty())
     throw Error(ErrorCode::kInvalidArgument, "a cluster needs at least one host");
   loop_ = std::make_unique<transport::IoLoop>();
@@ -160,9 +160,9 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     same_network = agents_[options.host].same_network;
   }
   bool mapped = has_executable(options.class_name);
-  if (!mapped && !detail::find_class(options.class_name)) {
+  if (!mapped && !find_worker_class(options.class_name)) {
     std::string known;
-    for (const auto& n : detail::registered_class_names()) known += (known.empty() ? "" : ", ") + n;
+    for (const auto& n : registered_worker_class_names()) known += (known.empty() ? "" : ", ") + n;
     throw Error(ErrorCode::kUnknownClass,
                 "cannot start worker '" +
                     (options.name.empty() ? options.class_name : options.name) + "': class '" +
@@ -195,14 +195,15 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     workers_[options.name] = worker;
   }
   launch(worker, options, agent_client, same_network);
-  return Worker(worker);
+  return Access::worker(worker);
 }
 
 std::map<std::string, std::string> ClusterImpl::inheritable_environment() {
   auto vars = env::current();
   for (auto it = vars.begin(); it != vars.end();)
-    it = it->first.rfind("TROUPE_", 0) == 0 || env::is_launcher_variable(it->first) ? vars.erase(it)
-                                                                                    : std::next(it);
+    it = it->first.rfind(launch_env::kPrefix, 0) == 0 || env::is_launcher_variable(it->first)
+             ? vars.erase(it)
+             : std::next(it);
   return vars;
 }
 
@@ -399,6 +400,10 @@ ClusterOptions ClusterOptions::local(size_t num_hosts, int gpus_per_host, double
 
 Cluster::Cluster(ClusterOptions options)
     : impl_(std::make_unique<internal::ClusterImpl>(std::move(options))) {}
+std::unique_ptr<Cluster> internal::Access::make_cluster(std::unique_ptr<ClusterImpl> impl) {
+  return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
+}
+
 Cluster::Cluster(std::unique_ptr<internal::ClusterImpl> impl) : impl_(std::move(impl)) {
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, "Cluster: the implementation is null");
 }

@@ -7,11 +7,11 @@
 
 #include "agent/agent.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/process.h"
 #include "common/token.h"
 #include "controller/cluster_impl.h"
-#include "worker/worker_env.h"
 
 namespace troupe::internal {
 
@@ -33,7 +33,7 @@ class EmbeddedBackend : public ClusterBackend {
 
   void start() override {
     c_.make_session_dir(true);
-    c_.token_ = env::get_or("TROUPE_TOKEN", "");
+    c_.token_ = env::get_or(launch_env::kToken, "");
     if (c_.token_.empty()) {
       c_.token_ = token::generate();
       write_token_file(c_.session_, c_.token_);
@@ -148,24 +148,24 @@ pid_t EmbeddedBackend::spawn_agent(const HostSpec& spec) {
   for (int g = 0; g < spec.num_gpus; ++g) gpu_ids.push_back(g);
   auto vars = env::current();
   vars[worker_env::kRole] = "agent";
-  vars[agent::agent_env::kHostName] = spec.name;
-  vars[agent::agent_env::kAddress] = spec.address;
-  vars[agent::agent_env::kNumCpus] = std::to_string(spec.num_cpus);
-  vars[agent::agent_env::kGpuIds] = join_ints(gpu_ids);
+  vars[agent_env::kHostName] = spec.name;
+  vars[agent_env::kAddress] = spec.address;
+  vars[agent_env::kNumCpus] = std::to_string(spec.num_cpus);
+  vars[agent_env::kGpuIds] = join_ints(gpu_ids);
   std::string labels;
   for (const auto& [k, v] : spec.labels) labels += (labels.empty() ? "" : ",") + k + "=" + v;
-  vars[agent::agent_env::kLabels] = labels;
-  vars[agent::agent_env::kHead] = head_->endpoint();
-  vars[agent::agent_env::kSessionDir] = c_.session_dir_;
-  vars[agent::agent_env::kSocketDir] = c_.session_.socket_dir;
-  vars[agent::agent_env::kLogToTerminal] = options.log_to_driver ? "1" : "0";
+  vars[agent_env::kLabels] = labels;
+  vars[agent_env::kHead] = head_->endpoint();
+  vars[agent_env::kSessionDir] = c_.session_dir_;
+  vars[agent_env::kSocketDir] = c_.session_.socket_dir;
+  vars[agent_env::kLogToTerminal] = options.log_to_driver ? "1" : "0";
   if (options.object_store_memory > 0)
-    vars[agent::agent_env::kObjectStoreMemory] = std::to_string(options.object_store_memory);
-  vars.erase("TROUPE_TOKEN");
-  if (env::get("TROUPE_TOKEN"))
-    vars["TROUPE_TOKEN"] = c_.token_;  // the user chose to pass it this way
+    vars[agent_env::kObjectStoreMemory] = std::to_string(options.object_store_memory);
+  vars.erase(launch_env::kToken);
+  if (env::get(launch_env::kToken))
+    vars[launch_env::kToken] = c_.token_;  // the user chose to pass it this way
   else
-    vars["TROUPE_TOKEN_FILE"] = c_.session_dir_ + "/token";
+    vars[launch_env::kTokenFile] = c_.session_dir_ + "/token";
   for (const auto& [k, v] : options.agent_executable.env) vars[k] = v;
   process::SpawnOptions opts;
   opts.executable = options.agent_executable.path.empty() ? env::self_executable()

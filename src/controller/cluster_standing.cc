@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/token.h"
 #include "controller/cluster_impl.h"
@@ -87,8 +88,8 @@ void StandingBackend::start() {
   if (address_.find(':') == std::string::npos)
     throw Error(ErrorCode::kInvalidArgument,
                 "the cluster address '" + address_ + "' is not HOST:PORT (TROUPE_ADDRESS)");
-  c_.token_ = env::get_or("TROUPE_TOKEN", "");
-  if (auto file = env::get("TROUPE_TOKEN_FILE"); c_.token_.empty() && file && !file->empty())
+  c_.token_ = env::get_or(launch_env::kToken, "");
+  if (auto file = env::get(launch_env::kTokenFile); c_.token_.empty() && file && !file->empty())
     c_.token_ = token::read_file(*file);
   if (c_.token_.empty())
     throw Error(ErrorCode::kUnauthenticated,

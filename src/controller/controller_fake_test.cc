@@ -68,7 +68,7 @@ std::unique_ptr<troupe::Cluster> fake_cluster(std::unique_ptr<FakeHeadClient> he
   static SessionDirs dirs;
   options.session_dir = dirs.next();
   options.executables["Remote"] = troupe::WorkerExecutable{"/opt/fake/worker", {"--serve"}, {}};
-  return std::make_unique<troupe::Cluster>(std::make_unique<troupe::internal::ClusterImpl>(
+  return troupe::internal::Access::make_cluster(std::make_unique<troupe::internal::ClusterImpl>(
       std::move(options), std::move(head), agents.connector()));
 }
 
@@ -148,7 +148,7 @@ TEST(ControllerWithFakes, StartRequestCarriesWhatTheAgentNeeds) {
   head->add_host(host("host-0", "10.77.0.2", 1));
   FakeAgents agents;
   auto cluster = fake_cluster(std::move(head), agents);
-  const std::string prefix = cluster->impl().id_prefix();
+  const std::string prefix = troupe::internal::Access::impl(*cluster).id_prefix();
   EXPECT_FALSE(prefix.empty());  // names are unique among the drivers sharing the agents
 
   troupe::WorkerOptions o = remote(0, "policy-0");
@@ -212,7 +212,7 @@ TEST(ControllerWithFakes, PortsAreReservedOnTheBundlesHostsAndReleased) {
   auto master = vc.get_master_address_and_port();
   EXPECT_EQ(master.address, "10.77.0.2");
   EXPECT_EQ(master.port, 1501);  // the first is still held
-  const std::string owner = vc.impl().id();
+  const std::string owner = troupe::internal::Access::impl(vc).id();
   EXPECT_EQ(agents.agent(0)->held_ports().at(owner), (std::vector<int>{1500, 1501}));
   auto asked = agents.agent(1)->port_requests();
   ASSERT_EQ(asked.size(), 1u);
@@ -235,7 +235,7 @@ TEST(ControllerWithFakes, LostHostThrowsHostLostNamingIt) {
   head->add_host(host("host-1", "10.77.0.3", 0));
   FakeAgents agents;
   auto cluster = fake_cluster(std::move(head), agents);
-  auto& impl = cluster->impl();
+  auto& impl = troupe::internal::Access::impl(*cluster);
   ASSERT_NE(impl.connected_agent(1), nullptr);
 
   head_view->set_alive(1, false);
@@ -289,7 +289,7 @@ TEST(ControllerWithFakes, ShutdownStopsOnlyThisDriversWorkers) {
   FakeAgents agents;
   agents.configure([](FakeAgentClient& a) { a.hold_starts = true; });
   auto cluster = fake_cluster(std::move(head), agents);
-  const std::string prefix = cluster->impl().id_prefix();
+  const std::string prefix = troupe::internal::Access::impl(*cluster).id_prefix();
   cluster->start_worker(remote(0, "a"));
   cluster->start_worker(remote(0, "b"));
   auto agent = agents.agent(0);
@@ -311,7 +311,7 @@ TEST(ControllerWithFakes, ExitReportsReachTheWorkerOnThatHost) {
   FakeAgents agents;
   agents.configure([](FakeAgentClient& a) { a.hold_starts = true; });
   auto cluster = fake_cluster(std::move(head), agents);
-  const std::string prefix = cluster->impl().id_prefix();
+  const std::string prefix = troupe::internal::Access::impl(*cluster).id_prefix();
   troupe::Worker w = cluster->start_worker(remote(0, "crash"));
   troupe::wire::control::WorkerExited exited{
       prefix + "crash", 99, "exit code 3", 3, std::nullopt, {"Traceback", "boom"}};

@@ -7,8 +7,8 @@
 #include "agent/agent.h"
 #include "agent/fork_server.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "troupe/troupe.h"
-#include "worker/worker_env.h"
 #include "worker/worker_main.h"
 
 namespace troupe {

@@ -125,7 +125,7 @@ MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwar
   std::vector<Future<Value>> futures;
   for (size_t w : called) {
     const std::shared_ptr<WorkerState> state =
-        worker(w).state();  // a copy: worker() is a temporary
+        Access::state(worker(w));  // a copy: worker() is a temporary
     auto& encoded = by_target[target_of(*state)];
     if (!encoded) encoded = encode_for(*state, kwargs, pins);
     futures.push_back(state->call_encoded(method, encoded));
@@ -155,7 +155,7 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
   for (size_t i = 0; i < plan.called.size(); ++i) {
     const auto& slice = plan.slice_of[i];
     const std::shared_ptr<WorkerState> state =
-        worker(plan.called[i]).state();  // a copy: worker() is a temporary
+        Access::state(worker(plan.called[i]));  // a copy: worker() is a temporary
     const size_t target = target_of(*state);
     if (!slice) {
       auto& dummy = dummies[target];
@@ -180,7 +180,7 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
   std::vector<Future<Value>> futures;
   futures.reserve(plan.called.size());
   for (size_t i = 0; i < plan.called.size(); ++i)
-    futures.push_back(worker(plan.called[i]).state()->call_encoded(method, args[i]));
+    futures.push_back(Access::state(worker(plan.called[i]))->call_encoded(method, args[i]));
   pin_until_done(futures, pins);
   return MultiWorkerFuture(std::move(futures), std::move(plan.called), std::move(plan.return_from));
 }

@@ -26,7 +26,8 @@ class VirtualClusterImpl {
   VirtualClusterImpl(Cluster& runtime, VirtualClusterOptions options)
       : runtime_(runtime), options_(std::move(options)) {
     validate();
-    id_ = runtime_.impl().id_prefix() + options_.name + "-" + std::to_string(next_cluster_id++);
+    id_ = Access::impl(runtime_).id_prefix() + options_.name + "-" +
+          std::to_string(next_cluster_id++);
     reserve_with_retries();
   }
   ~VirtualClusterImpl() { shutdown(); }
@@ -92,7 +93,7 @@ class VirtualClusterImpl {
   // Error(kResourceUnavailable) naming `lost` when no other live host has room.
   Replacement replace_bundle(size_t lost, const std::string& owner, int port_count) {
     auto hosts = runtime_.hosts();
-    auto& head = runtime_.impl().head_client();
+    auto& head = Access::impl(runtime_).head_client();
     std::string group_id;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -148,7 +149,7 @@ class VirtualClusterImpl {
       hosts = ports_hosts_;
     }
     for (size_t host : hosts) {
-      if (auto agent = runtime_.impl().connected_agent(host))
+      if (auto agent = Access::impl(runtime_).connected_agent(host))
         agent->release_ports(wire::control::ReleasePorts{owner})
             .wait_until(Clock::now() + std::chrono::seconds(5));
     }
@@ -162,14 +163,14 @@ class VirtualClusterImpl {
     for (const auto& g : groups_) ids.push_back(g.id);
     for (const auto& id : ids) {
       try {
-        runtime_.impl().head_client().release(id);
+        Access::impl(runtime_).head_client().release(id);
       } catch (const Error& e) {
         TROUPE_LOG(Warning) << "virtual cluster " << id_ << ": cannot release " << id << ": "
                             << e.message();
       }
     }
     for (size_t host : ports_hosts_) {
-      if (auto agent = runtime_.impl().connected_agent(host))
+      if (auto agent = Access::impl(runtime_).connected_agent(host))
         agent->release_ports(wire::control::ReleasePorts{id_})
             .wait_until(Clock::now() + std::chrono::seconds(5));
     }
@@ -231,7 +232,7 @@ class VirtualClusterImpl {
         strategies.push_back(PlacementStrategy::kStrictPack);
       }
     }
-    auto& head = runtime_.impl().head_client();
+    auto& head = Access::impl(runtime_).head_client();
     auto hosts = runtime_.hosts();
     std::vector<PlacementGroup> groups;
     try {
@@ -306,7 +307,7 @@ class VirtualClusterImpl {
   // Reserves `count` ports on `host` for `owner` (default: this cluster) through its agent
   // (blocking, at most 30 s). Callers hold mu_.
   std::vector<int> reserve_ports_on(size_t host, const std::string& owner, int count) {
-    auto agent = runtime_.impl().agent(host);
+    auto agent = Access::impl(runtime_).agent(host);
     wire::control::ReservePorts request{owner.empty() ? id_ : owner, count,
                                         options_.port_range_begin, options_.port_range_end};
     std::vector<int> ports = agent->reserve_ports(request).get(std::chrono::seconds(30));

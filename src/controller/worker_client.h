@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/future_state.h"
 #include "transport/io_loop.h"
 #include "troupe/future.h"
 #include "wire/rpc_message.h"
@@ -30,7 +31,7 @@ class WorkerClient {
   using StreamHandler = std::function<void(Value item)>;
   // Takes over the calls still pending when the connection was lost; it must complete each.
   using PendingHandler = std::function<void(
-      std::vector<std::shared_ptr<detail::FutureState>> pending, const Error& reason)>;
+      std::vector<std::shared_ptr<internal::FutureState>> pending, const Error& reason)>;
   // Turns the reason the connection was lost into the error of calls made after the loss.
   using ErrorMapper = std::function<Error(const Error& reason)>;
   // Rewrites every reply value before its call completes; an Error it throws fails the call.

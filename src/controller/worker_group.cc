@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "controller/dispatch_plan.h"
 #include "controller/virtual_cluster_impl.h"
@@ -65,7 +66,7 @@ WorkerGroupImpl::WorkerGroupImpl(VirtualCluster& cluster, WorkerBuilder builder,
       driver_env_(ClusterImpl::inheritable_environment()) {
   static std::atomic<int> next_group_id{0};
   name_ = options_.name_prefix;
-  port_owner_ = "group-" + cluster_.runtime().impl().id_prefix() + name_ + "-" +
+  port_owner_ = "group-" + Access::impl(cluster_.runtime()).id_prefix() + name_ + "-" +
                 std::to_string(next_group_id++);
   std::vector<TiedGroup> groups = tied_groups();
   size_t n = 0;
@@ -81,7 +82,7 @@ WorkerGroupImpl::WorkerGroupImpl(VirtualCluster& cluster, WorkerBuilder builder,
     shutdown(fast);
     throw;
   }
-  cluster_.runtime().impl().register_group(name_);
+  Access::impl(cluster_.runtime()).register_group(name_);
   restarter_ = std::thread([this] { restart_loop(); });
   for (size_t i = 0; i < workers_.size(); ++i) watch(i, workers_[i]);
 }
@@ -200,8 +201,8 @@ WorkerConfig WorkerGroupImpl::configure(const WorkerMetadata& m, const Bundle& b
   WorkerBuilder with_env = builder_;
   for (const auto& [k, v] : options_.env_vars) with_env.options().env[k] = v;
   // A class that lives in another executable has its hook there, not in this binary.
-  if (!detail::find_class(builder_.class_name()) &&
-      cluster_.runtime().impl().has_executable(builder_.class_name())) {
+  if (!find_worker_class(builder_.class_name()) &&
+      Access::impl(cluster_.runtime()).has_executable(builder_.class_name())) {
     WorkerConfig config = with_env.options();
     config.worker_name = m.name;
     config.bundle_indices = m.bundle_indices;
@@ -266,8 +267,8 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
   }
 
   // MASTER_ADDR is the host of rank 0, which binds MASTER_PORT.
-  AddressAndPort master = cluster_.impl().ports_for({bundles.front()}, port_owner_).front();
-  std::vector<AddressAndPort> available = cluster_.impl().ports_for(bundles, port_owner_);
+  AddressAndPort master = Access::impl(cluster_).ports_for({bundles.front()}, port_owner_).front();
+  std::vector<AddressAndPort> available = Access::impl(cluster_).ports_for(bundles, port_owner_);
   std::vector<std::string> addr_list, port_list;
   for (const auto& a : available) {
     addr_list.push_back(a.address);
@@ -295,15 +296,15 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
     o.env = driver_env_;
     for (const auto& [k, v] : config.env) o.env[k] = v;
     std::map<std::string, std::string> placement = {
-        {"RANK", std::to_string(rank)},
-        {"LOCAL_RANK", std::to_string(m.bundle_index)},
-        {"WORLD_SIZE", std::to_string(world)},
+        {group_env::kRank, std::to_string(rank)},
+        {group_env::kLocalRank, std::to_string(m.bundle_index)},
+        {group_env::kWorldSize, std::to_string(world)},
         {"NODE_RANK", std::to_string(m.node_idx)},
-        {"MASTER_ADDR", master.address},
-        {"MASTER_PORT", std::to_string(master.port)},
+        {group_env::kMasterAddr, master.address},
+        {group_env::kMasterPort, std::to_string(master.port)},
         {"AVAILABLE_ADDR_LIST", python_list(addr_list, true)},
         {"AVAILABLE_PORT_LIST", python_list(port_list, false)},
-        {"TROUPE_WORKER_GROUP", name_},
+        {group_env::kGroup, name_},
     };
     for (const auto& [k, v] : placement) {
       if (auto it = config.env.find(k); it != config.env.end() && it->second != v)
@@ -325,7 +326,7 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
   size_t ready = 0;
   auto deadline = t0 + options_.start_timeout + std::chrono::seconds(5);
   for (auto& w : workers_) {
-    if (!w.ready().state()->wait_until(deadline)) {
+    if (!w.ready().wait_until(deadline)) {
       failure =
           Error(ErrorCode::kTimeout, "worker '" + w.name() + "' was not ready within " +
                                          std::to_string(options_.start_timeout.count()) + " ms");
@@ -405,14 +406,15 @@ std::string WorkerGroupImpl::gpu_state(size_t idx, const std::string& label,
       std::lock_guard<std::mutex> lock(mu_);
       gpus = metadata_[idx].gpu_ids;
     }
-    auto agent = w.state()->agent.lock();
+    auto agent = Access::state(w)->agent.lock();
     if (!agent) throw Error(ErrorCode::kConnectionLost, "the worker's agent is gone");
     auto reply = agent->gpu_state(wire::control::GpuState{gpus});
     if (!reply.wait_until(Clock::now() + timeout))
       throw Error(ErrorCode::kTimeout,
                   "no answer within " + std::to_string(timeout.count()) + " ms");
     for (const auto& line : reply.get(timeout)) text += (text.empty() ? "" : "; ") + line;
-    text = "[" + label + "] worker " + w.name() + " on " + w.state()->host_name() + ": " + text;
+    text =
+        "[" + label + "] worker " + w.name() + " on " + Access::state(w)->host_name() + ": " + text;
   } catch (const std::exception& e) {
     text =
         "[" + label + "] GPU state of worker " + std::to_string(idx) + " unavailable: " + e.what();
@@ -452,7 +454,7 @@ ShutdownReport WorkerGroupImpl::shutdown(const ShutdownOptions& options) {
     auto deadline = Clock::now() + options.timeout;
     for (size_t i = 0; i < workers.size(); ++i) {
       if (!was_alive[i]) continue;
-      if (!cleanups[i].state()->wait_until(deadline)) {
+      if (!cleanups[i].wait_until(deadline)) {
         report.problems.push_back(workers[i].name() + ": " + options.cleanup_method +
                                   " did not finish within " +
                                   std::to_string(options.timeout.count()) + " ms");
@@ -463,7 +465,7 @@ ShutdownReport WorkerGroupImpl::shutdown(const ShutdownOptions& options) {
     }
   }
   std::vector<std::shared_ptr<WorkerState>> states;
-  for (const auto& w : workers) states.push_back(w.state());
+  for (const auto& w : workers) states.push_back(Access::state(w));
   auto statuses = ClusterImpl::stop_workers(
       states, options.force ? std::chrono::milliseconds(0) : options.grace);
   for (size_t i = 0; i < workers.size(); ++i) {
@@ -475,8 +477,8 @@ ShutdownReport WorkerGroupImpl::shutdown(const ShutdownOptions& options) {
       report.problems.push_back(workers[i].name() + " did not stop on SIGTERM: " + s);
   }
   report.clean = report.problems.empty();
-  cluster_.runtime().impl().forget_group(name_);
-  if (!cluster_.is_shut_down()) cluster_.impl().release_ports(port_owner_);
+  Access::impl(cluster_.runtime()).forget_group(name_);
+  if (!cluster_.is_shut_down()) Access::impl(cluster_).release_ports(port_owner_);
   std::lock_guard<std::mutex> lock(mu_);
   report_ = report;
   return report;
@@ -488,10 +490,10 @@ WorkerConfig WorkerBuilder::configure(
     const std::string& worker_name,
     std::optional<std::pair<size_t, std::vector<size_t>>> bundle_indices,
     std::optional<double> num_gpus, int num_gpus_per_node) const {
-  const detail::ClassInfo* info = detail::find_class(class_name_);
+  const WorkerClassInfo* info = find_worker_class(class_name_);
   if (!info) {
     std::string known;
-    for (const auto& n : detail::registered_class_names()) known += (known.empty() ? "" : ", ") + n;
+    for (const auto& n : registered_worker_class_names()) known += (known.empty() ? "" : ", ") + n;
     throw Error(ErrorCode::kUnknownClass, "cannot configure worker '" + worker_name + "': class '" +
                                               class_name_ +
                                               "' is not registered in this binary (registered: " +

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "controller/access.h"
 #include "controller/cluster_impl.h"
 #include "controller/worker_group_impl.h"
 #include "fake_agent_client.h"
@@ -82,9 +83,10 @@ class FakeWorld {
     options.log_to_driver = false;
     options.session_dir = session_dir();
     options.executables["Remote"] = troupe::WorkerExecutable{"/opt/fake/worker", {}, {}};
-    cluster_ = std::make_unique<troupe::Cluster>(std::make_unique<troupe::internal::ClusterImpl>(
-        std::move(options), std::move(head), agents_.connector(), workers_.connector()));
-    prefix_ = cluster_->impl().id_prefix();
+    cluster_ =
+        troupe::internal::Access::make_cluster(std::make_unique<troupe::internal::ClusterImpl>(
+            std::move(options), std::move(head), agents_.connector(), workers_.connector()));
+    prefix_ = troupe::internal::Access::impl(*cluster_).id_prefix();
     troupe::VirtualClusterOptions vo;
     vo.bundle_ct_per_node_list = std::move(bundles_per_node);
     vo.use_gpus = false;

@@ -3,6 +3,7 @@
 // (restart_events) whether or not it restarts. Recreations (manual or by the policy) and the
 // policy's decisions are serialised by recreate_mu_, so a decision sees the outcome of any
 // recreate that was running when the death arrived: only the current incarnation's death counts.
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "controller/cluster_impl.h"
 #include "controller/virtual_cluster_impl.h"
@@ -60,14 +61,14 @@ Worker WorkerGroupImpl::recreate_locked(size_t idx, const RecreateOptions& optio
 
 void WorkerGroupImpl::move_off_lost_host(size_t idx, WorkerOptions& o) {
   bool binds_master = o.rank == 0;  // rank 0 binds MASTER_PORT: it needs a second port
-  auto r = cluster_.impl().replace_bundle(o.host, port_owner_, binds_master ? 2 : 1);
+  auto r = Access::impl(cluster_).replace_bundle(o.host, port_owner_, binds_master ? 2 : 1);
   size_t from = o.host;
   o.host = r.bundle.host;
   if (!o.gpus.empty()) o.gpus = r.bundle.gpu_ids;
   o.ports = r.ports;
   if (binds_master) {
-    o.env["MASTER_ADDR"] = r.bundle.address;
-    o.env["MASTER_PORT"] = std::to_string(r.ports.at(1));
+    o.env[group_env::kMasterAddr] = r.bundle.address;
+    o.env[group_env::kMasterPort] = std::to_string(r.ports.at(1));
   }
   std::lock_guard<std::mutex> lock(mu_);
   std::string name = creation_[idx].name;

@@ -12,8 +12,8 @@ WorkerState::WorkerState(asio::io_context& io, std::string name, std::string cla
       host_(host),
       host_name_(std::move(host_name)),
       io_(io),
-      ready_(std::make_shared<detail::FutureState>("start of worker '" + name_ + "'")),
-      died_(std::make_shared<detail::FutureState>("death of worker '" + name_ + "'")) {}
+      ready_(std::make_shared<internal::FutureState>("start of worker '" + name_ + "'")),
+      died_(std::make_shared<internal::FutureState>("death of worker '" + name_ + "'")) {}
 
 pid_t WorkerState::pid() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -103,9 +103,9 @@ Future<Value> WorkerState::submit_now(QueuedCall call) {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ == Status::kDead) return make_failed_future(*death_);
     if (status_ != Status::kReady) {
-      call.state = std::make_shared<detail::FutureState>("method '" + call.method + "' of " +
-                                                         describe_locked());
-      auto future = Future<Value>(call.state);
+      call.state = std::make_shared<internal::FutureState>("method '" + call.method + "' of " +
+                                                           describe_locked());
+      auto future = FutureAccess::make(call.state);
       if (status_ == Status::kDying)
         orphans_.push_back(call.state);
       else
@@ -133,7 +133,7 @@ void WorkerState::on_started(pid_t pid, uint64_t start_time, std::vector<int> gp
 void WorkerState::on_connected(std::shared_ptr<WorkerClient> client, const Kwargs& ctor_args) {
   std::weak_ptr<WorkerState> weak = weak_from_this();
   client->on_connection_lost(
-      [weak](std::vector<std::shared_ptr<detail::FutureState>> pending, const Error& reason) {
+      [weak](std::vector<std::shared_ptr<internal::FutureState>> pending, const Error& reason) {
         if (auto self = weak.lock()) {
           self->on_connection_lost(std::move(pending), reason);
         } else {
@@ -148,7 +148,7 @@ void WorkerState::on_connected(std::shared_ptr<WorkerClient> client, const Kwarg
   // Sent under the lock, so that __init__ and the queued calls precede every later call; their
   // futures are tied to the callers' after it (a fake client completes calls at once).
   Future<Value> init;
-  std::vector<std::pair<Future<Value>, std::shared_ptr<detail::FutureState>>> sent;
+  std::vector<std::pair<Future<Value>, std::shared_ptr<internal::FutureState>>> sent;
   std::optional<Error> dead;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -185,11 +185,11 @@ void WorkerState::on_connected(std::shared_ptr<WorkerClient> client, const Kwarg
       if (auto e = done.error())
         state->set_error(*e);
       else
-        state->set_value(done.state()->value_or_throw());
+        state->set_value(done.get());
     });
 }
 
-void WorkerState::on_connection_lost(std::vector<std::shared_ptr<detail::FutureState>> pending,
+void WorkerState::on_connection_lost(std::vector<std::shared_ptr<internal::FutureState>> pending,
                                      const Error& reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -210,7 +210,7 @@ void WorkerState::on_connection_lost(std::vector<std::shared_ptr<detail::FutureS
 
 void WorkerState::mark_dead(const Error& error) {
   std::vector<QueuedCall> queued;
-  std::vector<std::shared_ptr<detail::FutureState>> orphans;
+  std::vector<std::shared_ptr<internal::FutureState>> orphans;
   std::shared_ptr<WorkerClient> client;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -261,7 +261,7 @@ Future<Value> Worker::call_value(const std::string& method, const Kwargs& kwargs
 }
 
 ValueStream Worker::call_stream(const std::string& method, const Kwargs& kwargs) const {
-  auto state = std::make_shared<ValueStream::State>();
+  auto state = std::make_shared<internal::Access::StreamState>();
   auto on_item = [state](Value item) {
     {
       std::lock_guard<std::mutex> lock(state->mu);
@@ -277,7 +277,7 @@ ValueStream Worker::call_stream(const std::string& method, const Kwargs& kwargs)
     }
     state->cv.notify_all();
   });
-  return ValueStream(state, done);
+  return internal::Access::stream(state, done);
 }
 
 std::string Worker::stop(std::chrono::milliseconds grace) const {

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "common/future_state.h"
+#include "controller/access.h"
 #include "controller/agent_client.h"
 #include "controller/object_store.h"
 #include "controller/worker_client.h"
@@ -47,9 +49,9 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   bool alive() const;
   // How the process ended as its agent reported it ("exit code 0", ...); empty until then.
   std::string exit_status() const;
-  Future<void> ready() const { return Future<void>(ready_); }
+  Future<void> ready() const { return FutureAccess::make<void>(ready_); }
   // Completes with the death message once dead.
-  Future<std::string> died() const { return Future<std::string>(died_); }
+  Future<std::string> died() const { return FutureAccess::make<std::string>(died_); }
   std::string log_path() const;
 
   // Sends the call now, queues it while starting, or fails it when dead. `on_item` receives
@@ -66,7 +68,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   // Connected and authenticated: sends __init__ then the queued calls (the connector's thread).
   void on_connected(std::shared_ptr<WorkerClient> client, const Kwargs& ctor_args);
   // The connection closed with calls pending (I/O thread): waits for the exit report.
-  void on_connection_lost(std::vector<std::shared_ptr<detail::FutureState>> pending,
+  void on_connection_lost(std::vector<std::shared_ptr<internal::FutureState>> pending,
                           const Error& reason);
   // The worker is gone; `error` is what pending and later calls fail with. First one wins; it
   // closes the connection and drops it (the state keeps no buffer of a dead worker), then calls
@@ -104,7 +106,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
     Kwargs kwargs;
     std::shared_ptr<const wire::EncodedKwargs> encoded;  // used instead of kwargs when set
     WorkerClient::StreamHandler on_item;
-    std::shared_ptr<detail::FutureState> state;
+    std::shared_ptr<internal::FutureState> state;
   };
   Future<Value> submit(QueuedCall call);
   Future<Value> submit_now(QueuedCall call);
@@ -117,7 +119,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   enum class Status { kStarting, kReady, kDying, kDead } status_ = Status::kStarting;
   asio::io_context& io_;
   std::unique_ptr<asio::steady_timer> report_timer_;
-  std::vector<std::shared_ptr<detail::FutureState>> orphans_;  // calls waiting while dying
+  std::vector<std::shared_ptr<internal::FutureState>> orphans_;  // calls waiting while dying
   pid_t pid_ = 0;
   uint64_t start_time_ = 0;
   std::vector<int> gpus_;
@@ -126,8 +128,8 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   std::vector<QueuedCall> queued_;
   std::optional<Error> death_;
   std::string exit_status_;
-  std::shared_ptr<detail::FutureState> ready_;
-  std::shared_ptr<detail::FutureState> died_;
+  std::shared_ptr<internal::FutureState> ready_;
+  std::shared_ptr<internal::FutureState> died_;
 };
 
 }  // namespace troupe::internal

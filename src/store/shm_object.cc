@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/env.h"
+#include "common/launch_env.h"
 
 namespace troupe::store {
 namespace {
@@ -48,7 +49,7 @@ std::string path_of(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
-std::string store_dir() { return env::get_or("TROUPE_STORE_DIR", "/dev/shm"); }
+std::string store_dir() { return env::get_or(launch_env::kStoreDir, "/dev/shm"); }
 
 std::string new_object_name(pid_t owner_pid) {
   uint8_t r[16];

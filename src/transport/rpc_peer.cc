@@ -76,7 +76,7 @@ Future<Value> RpcPeer::call_encoded(std::string_view method, const wire::Encoded
 
 Future<Value> RpcPeer::send_request(std::string body, std::vector<Bytes> attachments,
                                     std::string context, StreamHandler on_item) {
-  auto state = std::make_shared<detail::FutureState>(std::move(context));
+  auto state = std::make_shared<internal::FutureState>(std::move(context));
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -85,14 +85,14 @@ Future<Value> RpcPeer::send_request(std::string body, std::vector<Bytes> attachm
                     ? *close_error_
                     : Error(ErrorCode::kConnectionLost, "connection to " + peer() + " closed");
       state->set_error(failure_hook_ ? failure_hook_(e) : e);
-      return Future<Value>(state);
+      return internal::FutureAccess::make(state);
     }
     id = next_id_++;
     pending_.emplace(id, Pending{state, std::move(on_item)});
   }
   // A failed send closes the connection, which fails the pending entry.
   connection_->send(wire::FrameKind::kRequest, id, std::move(body), std::move(attachments));
-  return Future<Value>(state);
+  return internal::FutureAccess::make(state);
 }
 
 bool RpcPeer::send_event(std::string_view name, const Value& value) {
@@ -157,7 +157,7 @@ void RpcPeer::on_frame(wire::Frame&& frame) {
     }
     case wire::FrameKind::kResponse:
     case wire::FrameKind::kStreamItem: {
-      std::shared_ptr<detail::FutureState> state;
+      std::shared_ptr<internal::FutureState> state;
       StreamHandler on_item;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -222,7 +222,7 @@ void RpcPeer::on_closed(const Error& reason) {
   }
   if (heartbeat_timer_) heartbeat_timer_->cancel();
   if (orphans) {
-    std::vector<std::shared_ptr<detail::FutureState>> states;
+    std::vector<std::shared_ptr<internal::FutureState>> states;
     for (auto& [id, p] : pending) states.push_back(std::move(p.state));
     orphans(std::move(states), reason);
   } else if (!pending.empty()) {

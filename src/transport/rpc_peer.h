@@ -20,6 +20,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/future_state.h"
 #include "transport/connection.h"
 #include "troupe/future.h"
 #include "wire/rpc_message.h"
@@ -52,7 +53,7 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
   // Takes over the calls still pending when the connection closed; it must complete each
   // (for example once the reason of the close is known). Runs on the I/O thread.
   using OrphanHandler = std::function<void(
-      std::vector<std::shared_ptr<detail::FutureState>> pending, const Error& reason)>;
+      std::vector<std::shared_ptr<internal::FutureState>> pending, const Error& reason)>;
 
   struct Handlers {
     RequestHandler on_request;  // null: requests are answered with kUnknownMethod
@@ -96,7 +97,7 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
 
  private:
   struct Pending {
-    std::shared_ptr<detail::FutureState> state;
+    std::shared_ptr<internal::FutureState> state;
     StreamHandler on_item;
   };
   explicit RpcPeer(std::shared_ptr<Connection> connection) : connection_(std::move(connection)) {}

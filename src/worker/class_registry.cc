@@ -5,11 +5,11 @@
 
 #include "troupe/worker_class.h"
 
-namespace troupe::detail {
+namespace troupe {
 namespace {
 
-std::map<std::string, ClassInfo>& registry() {
-  static std::map<std::string, ClassInfo> classes;
+std::map<std::string, WorkerClassInfo>& registry() {
+  static std::map<std::string, WorkerClassInfo> classes;
   return classes;
 }
 std::mutex& registry_mutex() {
@@ -18,8 +18,8 @@ std::mutex& registry_mutex() {
 }
 
 // The resolver of set_class_resolver; guarded by registry_mutex().
-std::function<std::optional<ClassInfo>(const std::string&)>& resolver() {
-  static std::function<std::optional<ClassInfo>(const std::string&)> r;
+std::function<std::optional<WorkerClassInfo>(const std::string&)>& resolver() {
+  static std::function<std::optional<WorkerClassInfo>(const std::string&)> r;
   return r;
 }
 
@@ -31,7 +31,7 @@ std::string join(const std::vector<std::string>& items) {
 
 }  // namespace
 
-void register_class(ClassInfo info) {
+void register_worker_class(WorkerClassInfo info) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   if (registry().count(info.name)) {
     std::fprintf(stderr, "troupe: worker class '%s' is registered twice\n", info.name.c_str());
@@ -41,13 +41,14 @@ void register_class(ClassInfo info) {
   registry().emplace(std::move(name), std::move(info));
 }
 
-void set_class_resolver(std::function<std::optional<ClassInfo>(const std::string& name)> r) {
+void set_worker_class_resolver(
+    std::function<std::optional<WorkerClassInfo>(const std::string& name)> r) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   resolver() = std::move(r);
 }
 
-const ClassInfo* find_class(const std::string& name) {
-  std::function<std::optional<ClassInfo>(const std::string&)> resolve;
+const WorkerClassInfo* find_worker_class(const std::string& name) {
+  std::function<std::optional<WorkerClassInfo>(const std::string&)> resolve;
   {
     std::lock_guard<std::mutex> lock(registry_mutex());
     auto it = registry().find(name);
@@ -55,19 +56,21 @@ const ClassInfo* find_class(const std::string& name) {
     resolve = resolver();
   }
   if (!resolve) return nullptr;
-  std::optional<ClassInfo> info = resolve(name);  // outside the lock: it may take a while
+  std::optional<WorkerClassInfo> info = resolve(name);  // outside the lock: it may take a while
   if (!info) return nullptr;
   std::lock_guard<std::mutex> lock(registry_mutex());
   info->name = name;
   return &registry().emplace(name, std::move(*info)).first->second;  // first one wins
 }
 
-std::vector<std::string> registered_class_names() {
+std::vector<std::string> registered_worker_class_names() {
   std::lock_guard<std::mutex> lock(registry_mutex());
   std::vector<std::string> names;
   for (const auto& [name, info] : registry()) names.push_back(name);
   return names;
 }
+
+namespace detail {
 
 void check_no_extra_args(const Map& kwargs, const std::vector<std::string>& params,
                          const std::string& where) {
@@ -101,4 +104,5 @@ void check_param_count(const std::string& what, size_t expected, size_t given) {
   std::abort();
 }
 
-}  // namespace troupe::detail
+}  // namespace detail
+}  // namespace troupe

@@ -12,6 +12,7 @@
 #include <typeinfo>
 
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "common/token.h"
 #include "store/shm_object.h"
@@ -19,7 +20,6 @@
 #include "transport/rpc_peer.h"
 #include "troupe/worker_class.h"
 #include "worker/method_loop.h"
-#include "worker/worker_env.h"
 
 namespace troupe::worker {
 namespace {
@@ -104,7 +104,7 @@ class WorkerServer {
   };
 
   // Runs one method call and replies; on the I/O thread or the method thread.
-  static void run_method(const std::shared_ptr<void>& object, const detail::MethodInfo& method,
+  static void run_method(const std::shared_ptr<void>& object, const WorkerMethodInfo& method,
                          const Map& kwargs, const std::string& where,
                          const transport::Responder& responder, ResultStore results) {
     try {
@@ -168,9 +168,9 @@ class WorkerServer {
     if (object_ || constructing_)
       return responder.fail(
           Error(ErrorCode::kInvalidArgument, "worker '" + name_ + "' is already constructed"));
-    const detail::ClassInfo* info = nullptr;
+    const WorkerClassInfo* info = nullptr;
     try {
-      info = detail::find_class(cls->as_string());  // a class resolver may fail
+      info = find_worker_class(cls->as_string());  // a class resolver may fail
     } catch (const Error& e) {
       init_error_ = e;
       return responder.fail(*init_error_);
@@ -179,7 +179,7 @@ class WorkerServer {
       init_error_ = Error(ErrorCode::kUnknownClass,
                           "worker '" + name_ + "': no worker class '" + cls->as_string() +
                               "' is registered in " + env::self_executable() +
-                              " (registered: " + join(detail::registered_class_names()) + ")");
+                              " (registered: " + join(registered_worker_class_names()) + ")");
       return responder.fail(*init_error_);
     }
     std::string where = "constructor of class " + info->name + " on worker '" + name_ + "'";
@@ -200,7 +200,7 @@ class WorkerServer {
     });
   }
 
-  void finish_construct(const detail::ClassInfo* info, const Map& kwargs, const std::string& where,
+  void finish_construct(const WorkerClassInfo* info, const Map& kwargs, const std::string& where,
                         const transport::Responder& responder) {
     auto [object, error] = try_construct(info, kwargs, where);
     finish(info, std::move(object), std::move(error), responder);
@@ -208,7 +208,7 @@ class WorkerServer {
 
   // Runs the constructor; thread-safe (touches no member).
   static std::pair<std::shared_ptr<void>, std::optional<Error>> try_construct(
-      const detail::ClassInfo* info, const Map& kwargs, const std::string& where) {
+      const WorkerClassInfo* info, const Map& kwargs, const std::string& where) {
     try {
       return {info->construct(kwargs, where), std::nullopt};
     } catch (const Error& e) {
@@ -226,8 +226,8 @@ class WorkerServer {
   }
 
   // I/O thread: records the outcome of the constructor and replies.
-  void finish(const detail::ClassInfo* info, std::shared_ptr<void> object,
-              std::optional<Error> error, const transport::Responder& responder) {
+  void finish(const WorkerClassInfo* info, std::shared_ptr<void> object, std::optional<Error> error,
+              const transport::Responder& responder) {
     constructing_ = false;
     if (error) {
       init_error_ = std::move(error);
@@ -247,7 +247,7 @@ class WorkerServer {
   asio::io_context& io_;
   MethodLoop& loop_;
   std::string name_;
-  const detail::ClassInfo* class_ = nullptr;
+  const WorkerClassInfo* class_ = nullptr;
   std::shared_ptr<void> object_;
   std::optional<Error> init_error_;
   bool constructing_ = false;
@@ -270,7 +270,7 @@ int run_worker_main() {
     TROUPE_LOG(Error) << e.message();
     return 2;
   }
-  ::unsetenv("TROUPE_TOKEN");
+  ::unsetenv(launch_env::kToken);
   if (token.empty()) {
     TROUPE_LOG(Error) << "no cluster token (TROUPE_TOKEN_FD, TROUPE_TOKEN or TROUPE_TOKEN_FILE)";
     return 2;

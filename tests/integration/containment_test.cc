@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/launch_env.h"
 #include "integration/failure_classes.h"
 #include "troupe/troupe.h"
 
@@ -75,9 +76,9 @@ class Containment : public testing::TestWithParam<Mode> {
       GTEST_SKIP() << "no cgroup v2 hierarchy on this machine";
     // Escaped helpers of an agent that exited come here, where process_gone can reap them.
     become_subreaper();
-    ::setenv(troupe::agent::kCgroupsEnv, GetParam() == Mode::kCgroup ? "1" : "0", 1);
+    ::setenv(troupe::agent_env::kCgroups, GetParam() == Mode::kCgroup ? "1" : "0", 1);
   }
-  void TearDown() override { ::unsetenv(troupe::agent::kCgroupsEnv); }
+  void TearDown() override { ::unsetenv(troupe::agent_env::kCgroups); }
 
   // Starts a helper through `group`'s worker 0 and checks that it is in that worker's container,
   // as the mode says (CT-1).

@@ -125,8 +125,8 @@ void soak(int cycles, int status_requests, bool check_rss) {
     procs.add_cluster(cluster);
     const pid_t agent = cluster.hosts()[0].agent_pid;
     const int agent_fds_at_start = usage_of(agent).fds;
-    const std::string endpoint = cluster.impl().head().endpoint();
-    const std::string token = cluster.impl().token();
+    const std::string endpoint = troupe::internal::Access::impl(cluster).head().endpoint();
+    const std::string token = troupe::internal::Access::impl(cluster).token();
     troupe::transport::IoLoop client;
 
     auto cycle = [&](int i) {
@@ -188,7 +188,7 @@ void soak(int cycles, int status_requests, bool check_rss) {
       EXPECT_LE(agent1.rss_kib, agent0.rss_kib + 8 * 1024) << describe("agent", agent0, agent1);
     }
     // The cluster remembers only a bounded summary of dead workers.
-    troupe::Value status = cluster.impl().status();
+    troupe::Value status = troupe::internal::Access::impl(cluster).status();
     ASSERT_NE(status.find("workers"), nullptr);
     EXPECT_LE(status.find("workers")->as_array().size(), 64u);
     cluster.shutdown();
