@@ -44,7 +44,10 @@ ForkServer* ForkServerChoice::for_start(const std::string& executable, bool vouc
 }
 
 void ForkServerChoice::start_own() {
-  if (enabled_ && servers_.empty()) start(env::self_executable(), FileId{});
+  // Only an agent started as its program alone serves its own binary's workers (a Python
+  // driver's agent is an interpreter with arguments: its fork server would exit at once).
+  if (enabled_ && servers_.empty() && started_without_args())
+    start(env::self_executable(), FileId{});
 }
 
 ForkServer* ForkServerChoice::standing_server(const std::string& executable,
