@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 // Expects `part` in `text` (a std::string or a C string); prints the text when it is not there.
 #define EXPECT_HAS(text, part)                               \
@@ -22,3 +26,25 @@ bool eventually(Pred pred, std::chrono::milliseconds timeout) {
   }
   return true;
 }
+
+// Sets environment variables for the life of the object, then restores them (last set first).
+// Not thread-safe: setenv while another thread reads the environment is undefined.
+class ScopedEnvs {
+ public:
+  void set(const char* name, const std::string& value) {
+    const char* old = std::getenv(name);
+    saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnvs() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second)
+        ::setenv(it->first, it->second->c_str(), 1);
+      else
+        ::unsetenv(it->first);
+    }
+  }
+
+ private:
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};

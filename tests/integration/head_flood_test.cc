@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "integration/failure_classes.h"
+#include "test_util.h"
 #include "troupe/troupe.h"
 
 namespace troupe_failure {
@@ -31,27 +32,6 @@ namespace {
 
 constexpr int kFloodConnections = 2000;
 constexpr int kHeadPendingCap = 256;  // kDefaultMaxPendingHandshakes
-
-// Sets environment variables for the life of the object, then restores them.
-class ScopedEnvs {
- public:
-  void set(const char* name, const std::string& value) {
-    const char* old = std::getenv(name);
-    saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnvs() {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-      if (it->second)
-        ::setenv(it->first, it->second->c_str(), 1);
-      else
-        ::unsetenv(it->first);
-    }
-  }
-
- private:
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
-};
 
 // Silent TCP connections from one local address, opened without waiting for the server.
 class Flood {

@@ -16,31 +16,11 @@
 #include <vector>
 
 #include "integration/failure_classes.h"
+#include "test_util.h"
 #include "troupe/troupe.h"
 
 namespace troupe_failure {
 namespace {
-
-// Sets environment variables for the life of the object, then restores them.
-class ScopedEnvs {
- public:
-  void set(const char* name, const std::string& value) {
-    const char* old = std::getenv(name);
-    saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnvs() {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-      if (it->second)
-        ::setenv(it->first, it->second->c_str(), 1);
-      else
-        ::unsetenv(it->first);
-    }
-  }
-
- private:
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
-};
 
 // A finished command: exit code (-1 when it had to be killed) and its stdout and stderr.
 struct Ran {
