@@ -58,19 +58,22 @@ run_ctest() {
 }
 
 echo "=== setup ==="
-if bash scripts/setup.sh; then note "ok      setup"; else step_failed "setup"; fi
+step_start=$SECONDS
+if bash scripts/setup.sh; then note "ok      setup $(took)"; else step_failed "setup"; fi
 
 echo "=== build (release) ==="
 release_ok=0
+step_start=$SECONDS
 if bash scripts/build.sh release; then
   release_ok=1
-  note "ok      build release"
+  note "ok      build release $(took)"
   run_ctest release build
 
   echo "=== install + consumer ==="
+  step_start=$SECONDS
   if bash tests/consumer_test.sh build .; then
     passed=$((passed + 1))
-    note "ok      install + consumer"
+    note "ok      install + consumer $(took)"
   else
     step_failed "install + consumer"
   fi
@@ -82,6 +85,7 @@ fi
 run_pytest() {
   local dir=$1 log="$work/pytest.log" rc=0 line npass nfail nerr
   echo "=== pytest (python/tests) ==="
+  step_start=$SECONDS
   PYTHONPATH="$PWD/$dir/python" TROUPE_PY_CROSS="$PWD/$dir/python/troupe_py_cross" \
     timeout 900 /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests \
     </dev/null 2>&1 | tee "$log" || rc=$?
@@ -98,7 +102,7 @@ run_pytest() {
   if ((rc != 0 && nfail + nerr == 0)); then
     step_failed "pytest: exit $rc although no test failed"
   else
-    note "$( ((nfail + nerr == 0)) && echo "ok     " || echo "FAILED ") pytest: $npass passed, $((nfail + nerr)) failed"
+    note "$( ((nfail + nerr == 0)) && echo "ok     " || echo "FAILED ") pytest: $npass passed, $((nfail + nerr)) failed $(took)"
   fi
 }
 
@@ -109,8 +113,9 @@ elif ((release_ok)); then
 fi
 
 echo "=== build (asan) ==="
+step_start=$SECONDS
 if bash scripts/build.sh asan; then
-  note "ok      build asan"
+  note "ok      build asan $(took)"
   run_ctest asan build-asan \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -140,5 +145,6 @@ fi
 
 echo "=== summary ==="
 printf '  %s\n' "${report[@]}"
+echo "  total $((SECONDS / 60)) min $((SECONDS % 60)) s"
 echo "$passed passed, $failed failed"
 ((failed == 0))
