@@ -42,5 +42,8 @@ esac
 if (($# > 0)); then
   targets=(--target "$@")
 fi
+# Unity build (CMakeLists.txt: TROUPE_UNITY_BUILD) unless TROUPE_UNITY=0, e.g. for incremental
+# work on one file.
+args+=(-DTROUPE_UNITY_BUILD="$([[ "${TROUPE_UNITY:-1}" == 0 ]] && echo OFF || echo ON)")
 cmake -S . -B "$dir" "${args[@]}"
 cmake --build "$dir" -j"$(nproc)" "${targets[@]}"

@@ -13,7 +13,7 @@
 namespace troupe::wire {
 namespace {
 
-std::string bytes(std::initializer_list<int> b) {
+std::string raw_bytes(std::initializer_list<int> b) {
   std::string s;
   for (int x : b) s += static_cast<char>(x);
   return s;
@@ -94,7 +94,7 @@ TEST(MsgpackHostile, HugeDeclaredLengthsAreRejectedBeforeAllocating) {
   // Declared sizes far beyond the 3 bytes that follow.
   for (int t : {0xdd, 0xdf, 0xdb, 0xc6, 0xc9}) {
     SCOPED_TRACE(t);
-    std::string s = bytes({t, 0xff, 0xff, 0xff, 0xff, 1, 2, 3});
+    std::string s = raw_bytes({t, 0xff, 0xff, 0xff, 0xff, 1, 2, 3});
     protocol_error(s);
     expect_raw_protocol_error(s);
     // With limits lifted, the remaining-bytes check alone must reject them.
@@ -103,11 +103,11 @@ TEST(MsgpackHostile, HugeDeclaredLengthsAreRejectedBeforeAllocating) {
     lifted.max_string = SIZE_MAX;
     protocol_error(s, {}, lifted);
   }
-  protocol_error(bytes({0xdc, 0xff, 0xff, 0x01}));
-  protocol_error(bytes({0xde, 0x00, 0x02, 0x01, 0x01, 0x01}));  // 2 pairs need 4 bytes
+  protocol_error(raw_bytes({0xdc, 0xff, 0xff, 0x01}));
+  protocol_error(raw_bytes({0xde, 0x00, 0x02, 0x01, 0x01, 0x01}));  // 2 pairs need 4 bytes
   // Nested containers that each claim as many elements as bytes remain.
   std::string chain;
-  for (int i = 0; i < 60; ++i) chain += bytes({0xdd, 0x00, 0x00, 0xff, 0x00});
+  for (int i = 0; i < 60; ++i) chain += raw_bytes({0xdd, 0x00, 0x00, 0xff, 0x00});
   chain += std::string(70000, '\x00');
   protocol_error(chain);
 }
@@ -116,10 +116,11 @@ TEST(MsgpackHostile, LimitsAreEnforced) {
   DecodeLimits limits;
   limits.max_container = 10;
   limits.max_string = 10;
-  EXPECT_EQ(
-      decode(u8(bytes({0x9a, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})), 11, {}, limits).as_array().size(),
-      10u);
-  std::string arr11 = bytes({0x9b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  EXPECT_EQ(decode(u8(raw_bytes({0x9a, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10})), 11, {}, limits)
+                .as_array()
+                .size(),
+            10u);
+  std::string arr11 = raw_bytes({0x9b, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
   protocol_error(arr11, {}, limits);
   expect_raw_protocol_error(arr11, {}, limits);
 
@@ -141,7 +142,7 @@ TEST(MsgpackHostile, DepthBomb) {
   expect_raw_protocol_error(bomb);
 
   std::string map_bomb;
-  for (int i = 0; i < 100000; ++i) map_bomb += bytes({0x81, 0xa1, 'a'});
+  for (int i = 0; i < 100000; ++i) map_bomb += raw_bytes({0x81, 0xa1, 'a'});
   map_bomb += '\xc0';
   protocol_error(map_bomb);
   expect_raw_protocol_error(map_bomb);
@@ -166,16 +167,16 @@ TEST(MsgpackHostile, DepthLimitIsExact) {
   expect_raw_protocol_error(nested(3), {}, shallow);
   shallow.max_depth = 0;
   EXPECT_EQ(decode(u8(nested(0)), 1, {}, shallow), Value(1));
-  protocol_error(bytes({0x90}), {}, shallow);
+  protocol_error(raw_bytes({0x90}), {}, shallow);
 }
 
 TEST(MsgpackHostile, TrailingBytes) {
-  std::string msg = protocol_error(bytes({0x01, 0x00}));
+  std::string msg = protocol_error(raw_bytes({0x01, 0x00}));
   EXPECT_NE(msg.find("trailing"), std::string::npos) << msg;
   EXPECT_NE(msg.find("offset 1"), std::string::npos) << msg;
-  protocol_error(bytes({0x90, 0xc0}));
+  protocol_error(raw_bytes({0x90, 0xc0}));
   // The Reader itself allows more values after one.
-  std::string two = bytes({0x01, 0x02});
+  std::string two = raw_bytes({0x01, 0x02});
   const std::vector<Bytes> none;
   Reader r(u8(two), two.size(), none);
   EXPECT_EQ(r.read_value(), Value(1));
@@ -185,39 +186,40 @@ TEST(MsgpackHostile, TrailingBytes) {
 
 TEST(MsgpackHostile, BadAttachmentReferences) {
   std::vector<Bytes> two = {Bytes::copy_of("a"), Bytes::copy_of("b")};
-  EXPECT_EQ(decode(u8(bytes({0xd6, 1, 0, 0, 0, 1})), 6, two).as_bytes().view(), "b");
-  std::string idx2 = bytes({0xd6, 1, 0, 0, 0, 2});
+  EXPECT_EQ(decode(u8(raw_bytes({0xd6, 1, 0, 0, 0, 1})), 6, two).as_bytes().view(), "b");
+  std::string idx2 = raw_bytes({0xd6, 1, 0, 0, 0, 2});
   EXPECT_NE(protocol_error(idx2, two).find("attachment index 2"), std::string::npos);
   expect_raw_protocol_error(idx2, two);
-  protocol_error(bytes({0xd6, 1, 0xff, 0xff, 0xff, 0xff}), two);
-  protocol_error(bytes({0xd6, 1, 0, 0, 0, 0}));  // no attachments at all
+  protocol_error(raw_bytes({0xd6, 1, 0xff, 0xff, 0xff, 0xff}), two);
+  protocol_error(raw_bytes({0xd6, 1, 0, 0, 0, 0}));  // no attachments at all
 }
 
 TEST(MsgpackHostile, UnknownExtTypes) {
   std::vector<Bytes> atts = {Bytes::copy_of("a")};
-  protocol_error(bytes({0xd6, 2, 0, 0, 0, 0}), atts);              // wrong type
-  protocol_error(bytes({0xd6, 0xff, 0, 0, 0, 0}), atts);           // timestamp
-  protocol_error(bytes({0xd4, 1, 0}), atts);                       // fixext1 of type 1
-  protocol_error(bytes({0xd5, 1, 0, 0}), atts);                    // fixext2
-  protocol_error(bytes({0xd7, 1, 0, 0, 0, 0, 0, 0, 0, 0}), atts);  // fixext8
-  protocol_error(bytes({0xc7, 4, 1, 0, 0, 0, 0}), atts);           // ext8, 4 bytes, type 1
-  protocol_error(bytes({0xc8, 0, 1, 5, 0}), atts);                 // ext16
-  protocol_error(bytes({0xc9, 0, 0, 0, 0, 5}), atts);              // ext32, empty
-  expect_raw_protocol_error(bytes({0xd6, 2, 0, 0, 0, 0}), atts);
+  protocol_error(raw_bytes({0xd6, 2, 0, 0, 0, 0}), atts);              // wrong type
+  protocol_error(raw_bytes({0xd6, 0xff, 0, 0, 0, 0}), atts);           // timestamp
+  protocol_error(raw_bytes({0xd4, 1, 0}), atts);                       // fixext1 of type 1
+  protocol_error(raw_bytes({0xd5, 1, 0, 0}), atts);                    // fixext2
+  protocol_error(raw_bytes({0xd7, 1, 0, 0, 0, 0, 0, 0, 0, 0}), atts);  // fixext8
+  protocol_error(raw_bytes({0xc7, 4, 1, 0, 0, 0, 0}), atts);           // ext8, 4 bytes, type 1
+  protocol_error(raw_bytes({0xc8, 0, 1, 5, 0}), atts);                 // ext16
+  protocol_error(raw_bytes({0xc9, 0, 0, 0, 0, 5}), atts);              // ext32, empty
+  expect_raw_protocol_error(raw_bytes({0xd6, 2, 0, 0, 0, 0}), atts);
 }
 
 TEST(MsgpackHostile, ReservedByte) {
-  EXPECT_NE(protocol_error(bytes({0xc1})).find("0xc1"), std::string::npos);
-  protocol_error(bytes({0x92, 0x01, 0xc1}));
-  expect_raw_protocol_error(bytes({0x92, 0x01, 0xc1}));
+  EXPECT_NE(protocol_error(raw_bytes({0xc1})).find("0xc1"), std::string::npos);
+  protocol_error(raw_bytes({0x92, 0x01, 0xc1}));
+  expect_raw_protocol_error(raw_bytes({0x92, 0x01, 0xc1}));
 }
 
 TEST(MsgpackHostile, NonStringMapKeys) {
   for (const std::string& s :
-       {bytes({0x81, 0x01, 0x01}), bytes({0x81, 0xc0, 0x01}), bytes({0x81, 0x91, 0x01, 0x01}),
-        bytes({0x81, 0x80, 0x01}), bytes({0x81, 0xc4, 0x01, 'a', 0x01}),
-        bytes({0x82, 0xa1, 'a', 0x01, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x01}),
-        bytes({0x91, 0x81, 0xc3, 0x01})}) {
+       {raw_bytes({0x81, 0x01, 0x01}), raw_bytes({0x81, 0xc0, 0x01}),
+        raw_bytes({0x81, 0x91, 0x01, 0x01}), raw_bytes({0x81, 0x80, 0x01}),
+        raw_bytes({0x81, 0xc4, 0x01, 'a', 0x01}),
+        raw_bytes({0x82, 0xa1, 'a', 0x01, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x01}),
+        raw_bytes({0x91, 0x81, 0xc3, 0x01})}) {
     SCOPED_TRACE(testing::PrintToString(s));
     EXPECT_NE(protocol_error(s).find("map key"), std::string::npos);
     expect_raw_protocol_error(s);
@@ -225,10 +227,10 @@ TEST(MsgpackHostile, NonStringMapKeys) {
 }
 
 TEST(MsgpackHostile, Uint64TooLarge) {
-  std::string max = bytes({0xcf, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff});
+  std::string max = raw_bytes({0xcf, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff});
   EXPECT_EQ(decode(u8(max), max.size(), {}), Value(std::numeric_limits<int64_t>::max()));
-  for (const std::string& s : {bytes({0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0}),
-                               bytes({0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})}) {
+  for (const std::string& s : {raw_bytes({0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0}),
+                               raw_bytes({0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})}) {
     protocol_error(s);
     expect_raw_protocol_error(s);
   }
@@ -236,7 +238,7 @@ TEST(MsgpackHostile, Uint64TooLarge) {
 
 TEST(MsgpackHostile, ReaderHeaderChecks) {
   const std::vector<Bytes> none;
-  std::string s = bytes({0xdd, 0xff, 0xff, 0xff, 0xff, 0x01});
+  std::string s = raw_bytes({0xdd, 0xff, 0xff, 0xff, 0xff, 0x01});
   Reader r(u8(s), s.size(), none);
   try {
     r.read_array_header();
@@ -244,7 +246,7 @@ TEST(MsgpackHostile, ReaderHeaderChecks) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kProtocol);
   }
-  std::string t = bytes({0xdb, 0xff, 0xff, 0xff, 0xff, 'a'});
+  std::string t = raw_bytes({0xdb, 0xff, 0xff, 0xff, 0xff, 'a'});
   Reader r2(u8(t), t.size(), none);
   EXPECT_THROW(r2.read_string(), Error);
 }

@@ -31,12 +31,12 @@ using troupe::Value;
 using troupe::Worker;
 using troupe::WorkerOptions;
 
-constexpr auto kDeadline = 20s;
+constexpr auto kErrorsDeadline = 20s;
 
 // Waits (bounded) for `f` and returns its error; fails the test when it succeeded or hung.
 template <typename T>
 Error error_of(const Future<T>& f) {
-  if (!f.wait_for(kDeadline)) {
+  if (!f.wait_for(kErrorsDeadline)) {
     ADD_FAILURE() << "no result within the deadline";
     return Error(ErrorCode::kTimeout, "test deadline");
   }
@@ -56,7 +56,7 @@ class ClusterErrorsTest : public ::testing::Test {
     options.executables["MissingBinary"] = {"/nonexistent/bin", {}, {}};
     cluster_ = new Cluster(options);
     calc_ = new Worker(cluster_->start_worker(calculator("errcalc", 0, 1)));
-    calc_->ready().get(kDeadline);
+    calc_->ready().get(kErrorsDeadline);
   }
   static void TearDownTestSuite() {
     delete calc_;
@@ -116,7 +116,7 @@ TEST_F(ClusterErrorsTest, MistypedArgumentNamesTheExpectedType) {
   EXPECT_HAS(bytes.message(), "argument 'data'");
   EXPECT_HAS(bytes.message(), "bytes");
   // The worker is unharmed.
-  EXPECT_EQ(calc_->call<int>("add", {{"a", 1}, {"b", 1}}).get(kDeadline), 3);
+  EXPECT_EQ(calc_->call<int>("add", {{"a", 1}, {"b", 1}}).get(kErrorsDeadline), 3);
 }
 
 TEST_F(ClusterErrorsTest, ExceptionInAMethodIsMethodFailedAndTheWorkerGoesOn) {
@@ -124,7 +124,7 @@ TEST_F(ClusterErrorsTest, ExceptionInAMethodIsMethodFailedAndTheWorkerGoesOn) {
   EXPECT_EQ(e.code(), ErrorCode::kMethodFailed) << e.what();
   for (const char* part : {"errcalc", "throw_runtime", "std::runtime_error", "kaboom 42"})
     EXPECT_HAS(e.message(), part);
-  EXPECT_EQ(calc_->call<int>("add", {{"a", 2}, {"b", 3}}).get(kDeadline), 6);
+  EXPECT_EQ(calc_->call<int>("add", {{"a", 2}, {"b", 3}}).get(kErrorsDeadline), 6);
   EXPECT_TRUE(calc_->alive());
 }
 
@@ -187,7 +187,7 @@ TEST_F(ClusterErrorsTest, BadHostIndexAndDuplicateNameAreInvalidArguments) {
 
 TEST_F(ClusterErrorsTest, CrashMidCallFailsPendingCallsNamingTheWorker) {
   Worker w = cluster_->start_worker(calculator("crasher"));
-  w.ready().get(kDeadline);
+  w.ready().get(kErrorsDeadline);
   pid_t pid = w.pid();
   auto crash = w.call("crash");
   auto queued = w.call<int>("add", {{"a", 1}, {"b", 1}});
@@ -201,9 +201,9 @@ TEST_F(ClusterErrorsTest, CrashMidCallFailsPendingCallsNamingTheWorker) {
   EXPECT_EQ(later.code(), ErrorCode::kWorkerDied) << later.what();
   EXPECT_TRUE(wait_gone(pid, 5s));
   // Other workers keep working, and the name can be used again.
-  EXPECT_EQ(calc_->call<int>("add", {{"a", 1}, {"b", 1}}).get(kDeadline), 3);
+  EXPECT_EQ(calc_->call<int>("add", {{"a", 1}, {"b", 1}}).get(kErrorsDeadline), 3);
   Worker again = cluster_->start_worker(calculator("crasher", 0, 7));
-  EXPECT_EQ(again.call<int>("add", {{"a", 0}, {"b", 0}}).get(kDeadline), 7);
+  EXPECT_EQ(again.call<int>("add", {{"a", 0}, {"b", 0}}).get(kErrorsDeadline), 7);
   again.stop();
 }
 
@@ -211,7 +211,7 @@ TEST_F(ClusterErrorsTest, CrashMidCallFailsPendingCallsNamingTheWorker) {
 // signal, last lines of stderr".
 TEST_F(ClusterErrorsTest, CrashReportNamesTheSignal) {
   Worker w = cluster_->start_worker(calculator("crasher-signal"));
-  w.ready().get(kDeadline);
+  w.ready().get(kErrorsDeadline);
   Error e = error_of(w.call("crash"));
   EXPECT_EQ(e.code(), ErrorCode::kWorkerDied) << e.what();
   EXPECT_HAS(e.message(), "signal 9");
@@ -219,9 +219,9 @@ TEST_F(ClusterErrorsTest, CrashReportNamesTheSignal) {
 
 TEST_F(ClusterErrorsTest, StopFailsPendingCallsAndKillsTheProcessGroup) {
   Worker w = cluster_->start_worker(calculator("stop-me"));
-  w.ready().get(kDeadline);
+  w.ready().get(kErrorsDeadline);
   pid_t pid = w.pid();
-  pid_t sleeper = static_cast<pid_t>(w.call<int64_t>("spawn_sleeper").get(kDeadline));
+  pid_t sleeper = static_cast<pid_t>(w.call<int64_t>("spawn_sleeper").get(kErrorsDeadline));
   auto stat = proc_stat(sleeper);
   ASSERT_TRUE(stat);
   EXPECT_EQ(stat->pgrp, pid);
@@ -242,8 +242,8 @@ TEST(ClusterAgentDeath, WorkersDieWithTheirAgentAndTheirCallsFail) {
   Cluster cluster(ClusterOptions::local(2));
   Worker doomed = cluster.start_worker(calculator("doomed", 0));
   Worker survivor = cluster.start_worker(calculator("survivor", 1));
-  doomed.ready().get(kDeadline);
-  survivor.ready().get(kDeadline);
+  doomed.ready().get(kErrorsDeadline);
+  survivor.ready().get(kErrorsDeadline);
   pid_t agent = cluster.hosts()[0].agent_pid;
   pid_t pid = doomed.pid();
   auto pending = doomed.call<int>("sleep_ms", {{"ms", 60000}});
@@ -256,7 +256,7 @@ TEST(ClusterAgentDeath, WorkersDieWithTheirAgentAndTheirCallsFail) {
   EXPECT_FALSE(doomed.alive());
   EXPECT_TRUE(eventually([&] { return !cluster.hosts()[0].alive; }, 5s));
   EXPECT_TRUE(cluster.hosts()[1].alive);
-  EXPECT_EQ(survivor.call<int>("add", {{"a", 1}, {"b", 2}}).get(kDeadline), 3);
+  EXPECT_EQ(survivor.call<int>("add", {{"a", 1}, {"b", 2}}).get(kErrorsDeadline), 3);
   auto t0 = std::chrono::steady_clock::now();
   cluster.shutdown();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
@@ -280,10 +280,10 @@ Pids populate(Cluster& cluster) {
     workers.push_back(cluster.start_worker(calculator("", h.index)));
   }
   for (auto& w : workers) {
-    w.ready().get(kDeadline);
+    w.ready().get(kErrorsDeadline);
     p.workers.push_back(w.pid());
   }
-  p.grandchild = static_cast<pid_t>(workers[0].call<int64_t>("spawn_sleeper").get(kDeadline));
+  p.grandchild = static_cast<pid_t>(workers[0].call<int64_t>("spawn_sleeper").get(kErrorsDeadline));
   for (pid_t pid : p.agents) EXPECT_EQ(::kill(pid, 0), 0) << pid;
   for (pid_t pid : p.workers) EXPECT_EQ(::kill(pid, 0), 0) << pid;
   EXPECT_EQ(::kill(p.grandchild, 0), 0);
@@ -312,7 +312,7 @@ TEST(ClusterShutdown, CallsFailWithShutdownAfterShutdown) {
   std::vector<Worker> idle;
   for (size_t i = 0; i < 4; ++i) idle.push_back(cluster.start_worker(calculator("", i % 2)));
   Worker busy = cluster.start_worker(calculator("busy", 1));
-  for (auto& w : idle) w.ready().get(kDeadline);
+  for (auto& w : idle) w.ready().get(kErrorsDeadline);
   auto pending = busy.call<int>("sleep_ms", {{"ms", 60000}});
   ASSERT_FALSE(pending.wait_for(50ms));
   auto t0 = std::chrono::steady_clock::now();

@@ -32,8 +32,8 @@ using troupe::ErrorCode;
 using troupe::ObjectRef;
 using troupe::Worker;
 
-constexpr auto kDeadline = 30s;
-constexpr size_t kMiB = size_t{1} << 20;
+constexpr auto kFaultDeadline = 30s;
+constexpr size_t kFaultMiB = size_t{1} << 20;
 constexpr const char* kChildEnv = "TROUPE_STORE_TEST_CHILD";
 
 ClusterOptions quiet(size_t hosts = 1) {
@@ -44,22 +44,22 @@ ClusterOptions quiet(size_t hosts = 1) {
 
 Worker ready_worker(Cluster& c, size_t host = 0) {
   Worker w = c.start_worker({.class_name = "StoreProbe", .host = host});
-  w.ready().get(kDeadline);
+  w.ready().get(kFaultDeadline);
   return w;
 }
 
 TEST(ObjectStoreLifetime, ObjectLivesWhileItsCallRuns) {
   Cluster c(quiet());
   Worker w = ready_worker(c);
-  const Bytes big = pattern(8 * kMiB, 1);
+  const Bytes big = pattern(8 * kFaultMiB, 1);
   ObjectRef ref = c.put(big);
   const std::string name = ref.name();
   auto f = w.call<int64_t>("hold", {{"data", ref}, {"ms", 1500}});
   ref = ObjectRef();  // the driver's reference is gone; the call still holds the object
   EXPECT_TRUE(store_file_exists(name));
   EXPECT_EQ(c.object_store_usage(0).objects, 1);
-  EXPECT_EQ(f.get(kDeadline), checksum_of(big));
-  EXPECT_TRUE(store_objects_become(c, 0, 0, kDeadline));
+  EXPECT_EQ(f.get(kFaultDeadline), checksum_of(big));
+  EXPECT_TRUE(store_objects_become(c, 0, 0, kFaultDeadline));
   EXPECT_FALSE(store_file_exists(name));
 }
 
@@ -67,29 +67,29 @@ TEST(ObjectStoreLifetime, KilledWorkerFreesTheObject) {
   Cluster c(quiet());
   Worker w = ready_worker(c);
   // Over the threshold: stored on the fly, held by the call only.
-  auto f = w.call("block", {{"data", pattern(4 * kMiB, 2)}});
-  ASSERT_TRUE(store_objects_become(c, 0, 1, kDeadline));
+  auto f = w.call("block", {{"data", pattern(4 * kFaultMiB, 2)}});
+  ASSERT_TRUE(store_objects_become(c, 0, 1, kFaultDeadline));
   const auto files = store_files_of(agent_pid(c, 0));
   ASSERT_EQ(files.size(), 1u);
   ASSERT_EQ(::kill(w.pid(), SIGKILL), 0);
   try {
-    f.get(kDeadline);
+    f.get(kFaultDeadline);
     ADD_FAILURE() << "the call on a killed worker succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kWorkerDied) << e.what();
   }
-  EXPECT_TRUE(store_objects_become(c, 0, 0, kDeadline));
+  EXPECT_TRUE(store_objects_become(c, 0, 0, kFaultDeadline));
   EXPECT_FALSE(store_file_exists(files[0]));
 }
 
 TEST(ObjectStoreCapacity, FullStoreIsAClearErrorAndTheClusterServes) {
   auto o = quiet();
-  o.object_store_memory = 8 * kMiB;
+  o.object_store_memory = 8 * kFaultMiB;
   Cluster c(o);
   Worker w = ready_worker(c);
-  ObjectRef first = c.put(pattern(6 * kMiB, 3));
+  ObjectRef first = c.put(pattern(6 * kFaultMiB, 3));
   try {
-    c.put(pattern(4 * kMiB, 4));
+    c.put(pattern(4 * kFaultMiB, 4));
     ADD_FAILURE() << "a put over capacity succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory) << e.what();
@@ -98,19 +98,19 @@ TEST(ObjectStoreCapacity, FullStoreIsAClearErrorAndTheClusterServes) {
   }
   // A large argument that does not fit fails its call the same way.
   try {
-    w.call("checksum", {{"data", pattern(4 * kMiB, 5)}}).get(kDeadline);
+    w.call("checksum", {{"data", pattern(4 * kFaultMiB, 5)}}).get(kFaultDeadline);
     ADD_FAILURE() << "a call over capacity succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory) << e.what();
   }
   EXPECT_EQ(c.object_store_usage(0).objects, 1);
   // The cluster still serves; freeing the first object makes room.
-  EXPECT_EQ(w.call("checksum", {{"data", first}}).get(kDeadline).find("sum")->as_int(),
+  EXPECT_EQ(w.call("checksum", {{"data", first}}).get(kFaultDeadline).find("sum")->as_int(),
             checksum_of(first.bytes()));
   first = ObjectRef();
-  ASSERT_TRUE(store_objects_become(c, 0, 0, kDeadline));
-  const Bytes next = pattern(7 * kMiB, 6);
-  EXPECT_EQ(w.call("checksum", {{"data", next}}).get(kDeadline).find("sum")->as_int(),
+  ASSERT_TRUE(store_objects_become(c, 0, 0, kFaultDeadline));
+  const Bytes next = pattern(7 * kFaultMiB, 6);
+  EXPECT_EQ(w.call("checksum", {{"data", next}}).get(kFaultDeadline).find("sum")->as_int(),
             checksum_of(next));
 }
 
@@ -120,7 +120,7 @@ TEST(ObjectStoreCleanup, NothingLeftAfterShutdown) {
   {
     Cluster c(quiet(2));
     Worker w = ready_worker(c, 1);
-    kept = c.put(pattern(4 * kMiB, 7));
+    kept = c.put(pattern(4 * kFaultMiB, 7));
     auto f = w.call<int64_t>("hold", {{"data", kept}, {"ms", 10000}});
     agents = {agent_pid(c, 0), agent_pid(c, 1)};
     EXPECT_EQ(store_files_of(agents[0]).size(), 1u);
@@ -128,7 +128,7 @@ TEST(ObjectStoreCleanup, NothingLeftAfterShutdown) {
   }
   for (pid_t a : agents) EXPECT_TRUE(store_files_of(a).empty()) << "agent " << a;
   EXPECT_FALSE(store_file_exists(kept.name()));
-  EXPECT_EQ(checksum_of(kept.bytes()), checksum_of(pattern(4 * kMiB, 7)));  // still mapped
+  EXPECT_EQ(checksum_of(kept.bytes()), checksum_of(pattern(4 * kFaultMiB, 7)));  // still mapped
 }
 
 // ---- a driver in a child process ----------------------------------------------------------
@@ -139,7 +139,7 @@ TEST(ObjectStoreChild, Driver) {
   const char* out = std::getenv(kChildEnv);
   if (!out) GTEST_SKIP() << "runs only as the child driver of the cleanup tests";
   Cluster c(quiet());
-  ObjectRef ref = c.put(pattern(2 * kMiB, 8));
+  ObjectRef ref = c.put(pattern(2 * kFaultMiB, 8));
   {
     std::ofstream f(std::string(out) + ".tmp");
     f << agent_pid(c, 0) << " " << ref.name() << "\n";
@@ -191,9 +191,9 @@ TEST(ObjectStoreCleanup, DriverKilledAgentsRemoveItsObjects) {
   ASSERT_GT(d.agent, 0) << "the child driver did not report";
   EXPECT_TRUE(store_file_exists(d.object));
   d.kill();
-  EXPECT_TRUE(eventually([&] { return !store_file_exists(d.object); }, kDeadline))
+  EXPECT_TRUE(eventually([&] { return !store_file_exists(d.object); }, kFaultDeadline))
       << "the agent left " << d.object;
-  EXPECT_TRUE(eventually([&] { return gone(d.agent); }, kDeadline));
+  EXPECT_TRUE(eventually([&] { return gone(d.agent); }, kFaultDeadline));
   EXPECT_TRUE(store_files_of(d.agent).empty());
 }
 
@@ -203,7 +203,7 @@ TEST(ObjectStoreCleanup, AgentKilledNextAgentRemovesStaleFiles) {
   ASSERT_GT(d.agent, 0) << "the child driver did not report";
   ASSERT_EQ(::kill(d.agent, SIGKILL), 0);  // the agent first: nobody removes its files
   d.kill();  // then its driver; the agent's zombie goes to init, which reaps it
-  ASSERT_TRUE(eventually([&] { return gone(d.agent); }, kDeadline));
+  ASSERT_TRUE(eventually([&] { return gone(d.agent); }, kFaultDeadline));
   ASSERT_TRUE(store_file_exists(d.object)) << "the stale file is already gone";
   Cluster next(quiet());  // its agent sweeps the files of dead agents before it registers
   EXPECT_FALSE(store_file_exists(d.object));

@@ -37,7 +37,7 @@ using troupe::WorkerBuilder;
 using troupe::WorkerGroup;
 using troupe::WorkerGroupOptions;
 
-constexpr auto kDeadline = 20s;
+constexpr auto kDispatchDeadline = 20s;
 using Workers = std::vector<size_t>;
 using Values = std::vector<Value>;
 
@@ -52,7 +52,7 @@ class DispatchTest : public ::testing::Test {
     o.name_prefix = "disp";
     o.sharding = NamedSharding::from_shape({"dp", "tp"}, {2, 2});
     o.show_progress = false;
-    o.start_timeout = kDeadline;
+    o.start_timeout = kDispatchDeadline;
     group_ = new WorkerGroup(*vc_, WorkerBuilder("GroupProbe"), o);
   }
   static void TearDownTestSuite() {
@@ -64,10 +64,10 @@ class DispatchTest : public ::testing::Test {
     cluster_ = nullptr;
   }
 
-  // The results of `f` (WG-2 order), waiting at most kDeadline.
+  // The results of `f` (WG-2 order), waiting at most kDispatchDeadline.
   static Values results(const MultiWorkerFuture& f) {
     EXPECT_EQ(f.futures().size(), f.called_workers().size());
-    EXPECT_TRUE(f.wait_for(kDeadline)) << "the calls did not complete in time";
+    EXPECT_TRUE(f.wait_for(kDispatchDeadline)) << "the calls did not complete in time";
     return group_->get_all_worker_results(f);
   }
 
@@ -90,7 +90,7 @@ TEST_F(DispatchTest, GroupLayout) {
 
 TEST_F(DispatchTest, SingleWorkerSingleData) {
   auto f = group_->run_single_worker_single_data("echo", 3, {{"x", "only-3"}, {"tag", "t"}});
-  EXPECT_EQ(f.get(kDeadline), echoed(3, "only-3", "t"));
+  EXPECT_EQ(f.get(kDispatchDeadline), echoed(3, "only-3", "t"));
   EXPECT_HAS(error_of(
                  [&] {
                    group_->run_single_worker_single_data("echo", 4, {{"x", 1}});
@@ -162,8 +162,8 @@ TEST_F(DispatchTest, ShardedOnDpReplicatedOnTp) {
   EXPECT_EQ(results(f), (Values{echoed(0, "shard0"), echoed(2, "shard1")}));
   // The uncounted calls still ran with their data.
   ASSERT_EQ(f.futures().size(), 4u);
-  EXPECT_EQ(f.futures()[1].get(kDeadline), echoed(1, "shard0"));
-  EXPECT_EQ(f.futures()[3].get(kDeadline), echoed(3, "shard1"));
+  EXPECT_EQ(f.futures()[1].get(kDispatchDeadline), echoed(1, "shard0"));
+  EXPECT_EQ(f.futures()[3].get(kDispatchDeadline), echoed(3, "shard1"));
 }
 
 // A free axis (neither sharded nor replicated): only its index 0 receives data, and only its
@@ -185,8 +185,8 @@ TEST_F(DispatchTest, FreeAxisAndDummyCalls) {
   EXPECT_EQ(f.return_from_workers(), (Workers{0, 2}));
   EXPECT_EQ(results(f), (Values{echoed(0, "shard0", "c"), echoed(2, "shard1", "c")}));
   ASSERT_EQ(f.futures().size(), 4u);
-  EXPECT_EQ(f.futures()[1].get(kDeadline), echoed(1, Value(), "c"));
-  EXPECT_EQ(f.futures()[3].get(kDeadline), echoed(3, Value(), "c"));
+  EXPECT_EQ(f.futures()[1].get(kDispatchDeadline), echoed(1, Value(), "c"));
+  EXPECT_EQ(f.futures()[3].get(kDispatchDeadline), echoed(3, Value(), "c"));
 
   // tp sharded, dp free: workers 0 (tp 0) and 1 (tp 1); workers 2 and 3 (dp 1) are skipped.
   const Kwargs by_tp = {{"x", Array{"t0", "t1"}}};
@@ -198,15 +198,15 @@ TEST_F(DispatchTest, FreeAxisAndDummyCalls) {
   EXPECT_EQ(f.called_workers(), (Workers{0, 1, 2, 3}));
   EXPECT_EQ(f.return_from_workers(), (Workers{0, 1}));
   EXPECT_EQ(results(f), (Values{echoed(0, "t0"), echoed(1, "t1")}));
-  EXPECT_EQ(f.futures()[2].get(kDeadline), echoed(2, Value()));
-  EXPECT_EQ(f.futures()[3].get(kDeadline), echoed(3, Value()));
+  EXPECT_EQ(f.futures()[2].get(kDispatchDeadline), echoed(2, Value()));
+  EXPECT_EQ(f.futures()[3].get(kDispatchDeadline), echoed(3, Value()));
 
   // Dummy calls with the output replicated along tp as well: the same two results.
   f = group_->run_all_workers_sharded_data("echo", data, sharded({"dp"}, {}, {"tp"}, true));
   EXPECT_EQ(f.called_workers(), (Workers{0, 1, 2, 3}));
   EXPECT_EQ(f.return_from_workers(), (Workers{0, 2}));
   EXPECT_EQ(results(f), (Values{echoed(0, "shard0"), echoed(2, "shard1")}));
-  EXPECT_EQ(f.futures()[1].get(kDeadline), echoed(1, Value()));
+  EXPECT_EQ(f.futures()[1].get(kDispatchDeadline), echoed(1, Value()));
 
   // Nothing sharded, dp replicated, tp free: workers 0 and 2 get the whole data.
   f = group_->run_all_workers_sharded_data("echo", {{"x", "whole"}}, sharded({}, {"dp"}));
@@ -255,7 +255,7 @@ TEST_F(DispatchTest, ShardedOnBothAxes) {
 // One worker's method throws: the others' results are still there; get() names the worker.
 TEST_F(DispatchTest, ResultsOrErrorsWhenOneWorkerFails) {
   auto f = group_->run_all_workers_single_data("fail_on", {{"bad_rank", 1}, {"x", 5}});
-  ASSERT_TRUE(f.wait_for(kDeadline));
+  ASSERT_TRUE(f.wait_for(kDispatchDeadline));
   auto all = f.results_or_errors();
   ASSERT_EQ(all.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
@@ -283,7 +283,7 @@ TEST_F(DispatchTest, ResultsOrErrorsWhenOneWorkerFails) {
   EXPECT_TRUE(f.futures()[1].error().has_value());
 
   // The group still serves calls.
-  EXPECT_EQ(group_->run_single_worker_single_data("echo", 1, {{"x", 1}}).get(kDeadline),
+  EXPECT_EQ(group_->run_single_worker_single_data("echo", 1, {{"x", 1}}).get(kDispatchDeadline),
             echoed(1, 1));
 }
 
@@ -365,55 +365,55 @@ TEST_F(DispatchTest, RunValidationErrors) {
 
 TEST_F(DispatchTest, StreamItemsArriveAsTheyAreWritten) {
   auto stream = group_->workers()[2].call_stream("count", {{"n", 3}, {"delay_ms", 300}});
-  auto first = stream.next(kDeadline);
+  auto first = stream.next(kDispatchDeadline);
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(*first, Value(0));
   // The method is still running (it sleeps after each item): the item came before the result.
   EXPECT_FALSE(stream.done().ready());
-  EXPECT_EQ(stream.next(kDeadline), std::optional<Value>(1));
-  EXPECT_EQ(stream.next(kDeadline), std::optional<Value>(2));
-  EXPECT_FALSE(stream.next(kDeadline).has_value());
-  EXPECT_EQ(stream.done().get(kDeadline), Value("counted 3"));
-  EXPECT_FALSE(stream.next(kDeadline).has_value());  // stays ended
+  EXPECT_EQ(stream.next(kDispatchDeadline), std::optional<Value>(1));
+  EXPECT_EQ(stream.next(kDispatchDeadline), std::optional<Value>(2));
+  EXPECT_FALSE(stream.next(kDispatchDeadline).has_value());
+  EXPECT_EQ(stream.done().get(kDispatchDeadline), Value("counted 3"));
+  EXPECT_FALSE(stream.next(kDispatchDeadline).has_value());  // stays ended
 }
 
 TEST_F(DispatchTest, StreamHeldWithoutReadingBuffersItems) {
   auto stream = group_->workers()[0].call_stream("count", {{"n", 5}, {"delay_ms", 0}});
   // Items arrive on the call's connection before its result: once done, all 5 are buffered.
-  ASSERT_TRUE(stream.done().wait_for(kDeadline));
+  ASSERT_TRUE(stream.done().wait_for(kDispatchDeadline));
   EXPECT_EQ(stream.buffered(), 5u);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(stream.next(kDeadline), std::optional<Value>(i));
-  EXPECT_FALSE(stream.next(kDeadline).has_value());
-  EXPECT_EQ(stream.done().get(kDeadline), Value("counted 5"));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(stream.next(kDispatchDeadline), std::optional<Value>(i));
+  EXPECT_FALSE(stream.next(kDispatchDeadline).has_value());
+  EXPECT_EQ(stream.done().get(kDispatchDeadline), Value("counted 5"));
 }
 
 TEST_F(DispatchTest, GroupStreamsAreHandedOutUnreadThenConsumed) {
   auto streams = group_->run_all_workers_single_data_stream("count", {{"n", 3}, {"delay_ms", 0}});
   ASSERT_EQ(streams.size(), 4u);
-  for (auto& s : streams) ASSERT_TRUE(s.done().wait_for(kDeadline));
+  for (auto& s : streams) ASSERT_TRUE(s.done().wait_for(kDispatchDeadline));
   for (auto& s : streams) {
     EXPECT_EQ(s.buffered(), 3u);
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(s.next(kDeadline), std::optional<Value>(i));
-    EXPECT_FALSE(s.next(kDeadline).has_value());
-    EXPECT_EQ(s.done().get(kDeadline), Value("counted 3"));
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(s.next(kDispatchDeadline), std::optional<Value>(i));
+    EXPECT_FALSE(s.next(kDispatchDeadline).has_value());
+    EXPECT_EQ(s.done().get(kDispatchDeadline), Value("counted 3"));
   }
   // Rank-0-only axes choose the workers as run_all_workers_single_data does.
   auto leaders =
       group_->run_all_workers_single_data_stream("count", {{"n", 1}, {"delay_ms", 0}}, {"tp"});
   ASSERT_EQ(leaders.size(), 2u);
-  for (auto& s : leaders) EXPECT_EQ(s.next(kDeadline), std::optional<Value>(0));
+  for (auto& s : leaders) EXPECT_EQ(s.next(kDispatchDeadline), std::optional<Value>(0));
 }
 
 TEST_F(DispatchTest, StreamMethodThatThrowsFailsAfterItsItems) {
   auto stream = group_->workers()[1].call_stream("count_then_throw", {{"n", 2}});
-  EXPECT_EQ(stream.next(kDeadline), std::optional<Value>(0));
-  EXPECT_EQ(stream.next(kDeadline), std::optional<Value>(1));
-  EXPECT_FALSE(stream.next(kDeadline).has_value());
-  ASSERT_TRUE(stream.done().wait_for(kDeadline));
+  EXPECT_EQ(stream.next(kDispatchDeadline), std::optional<Value>(0));
+  EXPECT_EQ(stream.next(kDispatchDeadline), std::optional<Value>(1));
+  EXPECT_FALSE(stream.next(kDispatchDeadline).has_value());
+  ASSERT_TRUE(stream.done().wait_for(kDispatchDeadline));
   std::string msg = error_of([&] { stream.done().get(); }, ErrorCode::kMethodFailed);
   EXPECT_HAS(msg, "stream broke after 2");
   // The worker goes on serving.
-  EXPECT_EQ(group_->run_single_worker_single_data("echo", 1, {{"x", 2}}).get(kDeadline),
+  EXPECT_EQ(group_->run_single_worker_single_data("echo", 1, {{"x", 2}}).get(kDispatchDeadline),
             echoed(1, 2));
 }
 

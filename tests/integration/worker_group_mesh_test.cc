@@ -32,7 +32,7 @@ using troupe::WorkerBuilder;
 using troupe::WorkerGroup;
 using troupe::WorkerGroupOptions;
 
-constexpr auto kDeadline = 30s;
+constexpr auto kMeshDeadline = 30s;
 using Workers = std::vector<size_t>;
 using Values = std::vector<Value>;
 
@@ -49,7 +49,7 @@ class MeshTest : public ::testing::Test {
     o.name_prefix = "mesh";
     o.sharding = NamedSharding::from_shape({"pp", "dp", "tp"}, {2, 2, 2});
     o.show_progress = false;
-    o.start_timeout = kDeadline;
+    o.start_timeout = kMeshDeadline;
     group_ = new WorkerGroup(*vc_, WorkerBuilder("GroupProbe"), o);
   }
   static void TearDownTestSuite() {
@@ -61,7 +61,7 @@ class MeshTest : public ::testing::Test {
     cluster_ = nullptr;
   }
   static Values results(const MultiWorkerFuture& f) {
-    EXPECT_TRUE(f.wait_for(kDeadline)) << "the calls did not complete in time";
+    EXPECT_TRUE(f.wait_for(kMeshDeadline)) << "the calls did not complete in time";
     return group_->get_all_worker_results(f);
   }
   static Cluster* cluster_;
@@ -80,8 +80,8 @@ TEST_F(MeshTest, PpFreeDpShardedTpReplicated) {
   EXPECT_EQ(f.called_workers(), (Workers{0, 1, 2, 3}));  // pp = 0
   EXPECT_EQ(f.return_from_workers(), (Workers{0, 2}));   // pp = 0 and tp = 0
   EXPECT_EQ(results(f), (Values{echoed(0, "d0"), echoed(2, "d1")}));
-  EXPECT_EQ(f.futures()[1].get(kDeadline), echoed(1, "d0"));
-  EXPECT_EQ(f.futures()[3].get(kDeadline), echoed(3, "d1"));
+  EXPECT_EQ(f.futures()[1].get(kMeshDeadline), echoed(1, "d0"));
+  EXPECT_EQ(f.futures()[3].get(kMeshDeadline), echoed(3, "d1"));
 
   // With dummy calls, pp = 1 (workers 4..7) is called with nil and still not returned from.
   f = group_->run_all_workers_sharded_data("echo", {{"x", x}},
@@ -90,7 +90,7 @@ TEST_F(MeshTest, PpFreeDpShardedTpReplicated) {
   EXPECT_EQ(f.return_from_workers(), (Workers{0, 2}));
   EXPECT_EQ(results(f), (Values{echoed(0, "d0"), echoed(2, "d1")}));
   for (size_t w = 4; w < 8; ++w)
-    EXPECT_EQ(f.futures()[w].get(kDeadline), echoed(static_cast<int>(w), Value())) << w;
+    EXPECT_EQ(f.futures()[w].get(kMeshDeadline), echoed(static_cast<int>(w), Value())) << w;
 }
 
 // pp and tp sharded (data[pp][tp]), dp free: workers with dp = 0.
@@ -115,7 +115,7 @@ TEST_F(MeshTest, ShardedInGivenAxisOrderReplicatedOnDp) {
             (Values{echoed(0, "t0p0"), echoed(1, "t1p0"), echoed(4, "t0p1"), echoed(5, "t1p1")}));
   const char* all[] = {"t0p0", "t1p0", "t0p0", "t1p0", "t0p1", "t1p1", "t0p1", "t1p1"};
   for (size_t w = 0; w < 8; ++w)
-    EXPECT_EQ(f.futures()[w].get(kDeadline), echoed(static_cast<int>(w), all[w])) << w;
+    EXPECT_EQ(f.futures()[w].get(kMeshDeadline), echoed(static_cast<int>(w), all[w])) << w;
 }
 
 // Replicated everywhere, output replicated everywhere: 8 calls, one result (worker 0).
@@ -174,7 +174,8 @@ TEST_F(MeshTest, SlicesAreMeshesOfTheirOwn) {
   troupe::WorkerGroupSlice one = group_->slice({{"pp", 0}, {"dp", 1}, {"tp", 1}});
   EXPECT_EQ(one.group_worker_indices(), (Workers{3}));
   EXPECT_EQ(one.sharding().size(), 1u);
-  EXPECT_EQ(one.run_single_worker_single_data("echo", 0, {{"x", 9}}).get(kDeadline), echoed(3, 9));
+  EXPECT_EQ(one.run_single_worker_single_data("echo", 0, {{"x", 9}}).get(kMeshDeadline),
+            echoed(3, 9));
 
   using troupe::ErrorCode;
   EXPECT_HAS(error_of([&] { group_->slice({{"xx", 0}}); }, ErrorCode::kInvalidArgument), "xx");
