@@ -5,9 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/steady_timer.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -15,6 +17,7 @@
 #include "common/call_status.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "troupe/error.h"
 
 namespace troupe::agent {
 namespace {
@@ -150,6 +153,13 @@ void StackSampler::sample(std::vector<StackTarget> targets, std::chrono::millise
       w.errors.push_back("call: " + why);
     }
     w.pid = pid;
+    const std::string state = process_state(pid);
+    if (state[0] == 'T' || state[0] == 't') {  // a signal would wait for SIGCONT
+      w.errors.push_back("Python stack: the process is stopped (state " + state +
+                         "); native stacks as of the stop");
+      native_step(job, i, pid);
+      continue;
+    }
     python_step(job, i, pid);
   }
 }

@@ -317,7 +317,10 @@ std::vector<StackTarget> WorkerTable::stack_targets(const std::vector<std::strin
     t.labels.host = host_.host_name;
     t.labels.group = env_of(w.process->launch(), group_env::kGroup);
     const std::string rank = env_of(w.process->launch(), group_env::kRank);
-    t.labels.rank = rank.empty() ? -1 : std::stoll(rank);
+    t.labels.rank = -1;
+    if (!rank.empty() && rank.find_first_not_of("0123456789") == std::string::npos &&
+        rank.size() < 10)
+      t.labels.rank = std::stoll(rank);
     t.labels.pid = w.process->pid();
     t.stacks_dir_fd = host_.stacks_dir_fd;
     t.status_file = name + ".status";

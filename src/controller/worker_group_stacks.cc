@@ -1,6 +1,7 @@
 // Stacks of a hang, from the driver: WorkerGroup::dump_stacks (through the workers' agents, as
 // `troupe stack` does) and MultiWorkerFuture::get(timeout), whose error names the workers that
 // have not answered.
+#include <cstdio>
 #include <map>
 
 #include "controller/access.h"
