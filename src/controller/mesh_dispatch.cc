@@ -190,8 +190,7 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
 MultiWorkerFuture MeshDispatch::described(MultiWorkerFuture future,
                                           const std::string& method) const {
   future.set_call_info(method, [self = shared_from_this()](size_t idx) {
-    const std::shared_ptr<WorkerState> state = Access::state(self->worker(idx));
-    return "rank " + std::to_string(state->rank) + ": " + state->describe();
+    return Access::state(self->worker(idx))->describe();  // names its group and rank
   });
   return future;
 }
