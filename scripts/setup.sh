@@ -9,6 +9,7 @@ packages=(
   libasio-dev libssl-dev libcli11-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   pkg-config procps iproute2 nftables clang-format
+  elfutils
   clang-14 libclang-rt-14-dev
   slurm-wlm slurmctld slurmd slurm-client munge
 )

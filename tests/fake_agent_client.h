@@ -112,6 +112,20 @@ class FakeAgentClient : public troupe::internal::AgentClient {
     return {troupe::make_ready_future(control::GpuState::reply(lines)),
             &control::GpuState::reply_from};
   }
+  // No processes to sample: every named worker is reported as not sampled.
+  troupe::internal::AgentReply<control::DumpStacksReply> dump_stacks(
+      const control::DumpStacks& request) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return {failed(), &control::DumpStacksReply::from};
+    control::DumpStacksReply reply;
+    for (const auto& name : request.names) {
+      control::WorkerStacks w;
+      w.name = name;
+      w.errors.push_back("a fake agent has no stacks");
+      reply.workers.push_back(w);
+    }
+    return {troupe::make_ready_future(reply.to_value()), &control::DumpStacksReply::from};
+  }
   troupe::internal::AgentReply<control::MemoryReply> memory() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return {failed(), &control::MemoryReply::from};

@@ -167,6 +167,20 @@ struct RestartEvent {
 };
 
 // The futures of one dispatch, with who was called and whose results count.
+// The stacks of one worker of a group (WorkerGroup::dump_stacks).
+struct WorkerStackDump {
+  size_t rank = 0;  // its index in the group
+  std::string name, host;
+  int64_t pid = 0;
+  std::string call;                            // the method it runs; empty when idle
+  std::chrono::milliseconds call_duration{0};  // for how long
+  std::string python;                          // every Python thread's stack (Python workers)
+  std::string native;                          // every thread's native frames (eu-stack)
+  std::vector<std::string> errors;             // what could not be sampled, and why
+  std::string text;                            // all of it, labelled, as `troupe stack` prints it
+};
+constexpr std::chrono::milliseconds kDumpStacksTimeout{4000};
+
 class MultiWorkerFuture {
  public:
   MultiWorkerFuture() = default;
@@ -182,6 +196,13 @@ class MultiWorkerFuture {
   const std::vector<size_t>& return_from_workers() const { return return_from_workers_; }
   // Blocks until every call completed or `timeout` passed; returns whether all did.
   bool wait_for(std::chrono::milliseconds timeout) const;
+  // get(), waiting at most `timeout`: then throws Error(kTimeout) naming every worker that has
+  // not answered (rank, name, class, host, pid), the method it was sent and how long ago.
+  std::vector<Value> get(std::chrono::milliseconds timeout) const;
+  // Set by the group that made the future: the method sent, and the description of a called
+  // worker for errors ("rank 1: worker 'w-1' (class C, host h, pid 12)"). The time of this call
+  // is taken as the time the calls were sent.
+  void set_call_info(std::string method, std::function<std::string(size_t worker)> describe);
   // The results in return_from_workers order (WG-2). Throws the first failure, naming the
   // worker; use results_or_errors() to get the others' results anyway.
   std::vector<Value> get() const;
@@ -192,6 +213,9 @@ class MultiWorkerFuture {
   std::vector<Future<Value>> futures_;
   std::vector<size_t> called_workers_;
   std::vector<size_t> return_from_workers_;
+  std::string method_;
+  std::function<std::string(size_t)> describe_;
+  std::chrono::steady_clock::time_point sent_{};
 };
 
 struct ShardedCallOptions {
@@ -323,6 +347,11 @@ class WorkerGroup {
   // with `label` and returns it. Bounded by `timeout`; never throws.
   std::string log_worker_gpu_state(size_t idx, const std::string& label,
                                    std::chrono::milliseconds timeout = std::chrono::seconds(5));
+
+  // The stacks of every worker (WorkerStackDump), sampled through their hosts' agents at once
+  // (as `troupe stack` does). Returns within about kDumpStacksTimeout whatever the workers and
+  // hosts do; what could not be sampled is in the worker's `errors`. Never throws for a worker.
+  std::vector<WorkerStackDump> dump_stacks() const;
 
   // Calls the cleanup method on every worker within the timeout, then SIGTERM to each worker's
   // process group, SIGKILL after the grace period; releases the group's ports. Idempotent (a

@@ -145,14 +145,14 @@ void bind_futures(pyb::module_& m) {
       .def(
           "get",
           [](const PyMultiFuture& f, std::optional<double> timeout_s) {
+            std::vector<Value> values;
             {
               pyb::gil_scoped_release nogil;
-              auto deadline = deadline_of(timeout_s);
-              for (const auto& x : f.future.futures())
-                if (!x.wait_until(deadline))
-                  throw Error(ErrorCode::kTimeout, "timed out waiting for " + x.context());
+              // With a timeout, the error names every worker that has not answered.
+              values = timeout_s ? f.future.get(std::chrono::milliseconds(
+                                       static_cast<int64_t>(std::max(0.0, *timeout_s) * 1000)))
+                                 : f.future.get();
             }
-            std::vector<Value> values = f.future.get();
             pyb::list out;
             for (const auto& v : values) out.append(from_value(v));
             return out;

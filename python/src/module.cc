@@ -433,6 +433,30 @@ void bind_driver(pyb::module_& m) {
           },
           pybind11::arg("idx"), pybind11::arg("allow_replacement") = false, nogil())
       .def("restarts", [](const PyWorkerGroup& g, size_t idx) { return g.group->restarts(idx); })
+      .def("dump_stacks",
+           [](const PyWorkerGroup& g) {
+             std::vector<WorkerStackDump> dumps;
+             {
+               pyb::gil_scoped_release nogil;
+               dumps = g.group->dump_stacks();
+             }
+             pyb::list out;
+             for (const auto& d : dumps) {
+               pyb::dict w;
+               w["rank"] = d.rank;
+               w["name"] = d.name;
+               w["host"] = d.host;
+               w["pid"] = d.pid;
+               w["call"] = d.call;
+               w["call_seconds"] = static_cast<double>(d.call_duration.count()) / 1000.0;
+               w["python"] = d.python;
+               w["native"] = d.native;
+               w["errors"] = d.errors;
+               w["text"] = d.text;
+               out.append(w);
+             }
+             return out;
+           })
       .def(
           "shutdown",
           [](PyWorkerGroup& g, std::string cleanup_method, double timeout_s, bool force,
@@ -475,6 +499,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("register_python_class", &py::register_python_class);
   m.def("set_python_executable", &py::set_python_executable);
   m.def("install_python_classes", &py::install_python_classes);
+  m.def("enable_stack_dumps", &py::enable_stack_dumps,
+        "In a worker its agent asks for Python stacks: (fd, signal) for faulthandler.register, "
+        "with the end marker written after each dump; None otherwise.");
   m.def("run_role", &troupe::run_role, pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("version", &troupe::version);
 }

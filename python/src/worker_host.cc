@@ -3,8 +3,13 @@
 // on its I/O thread, so the worker keeps answering while Python code holds the GIL.
 #include "worker_host.h"
 
+#include <fcntl.h>
 #include <pybind11/stl.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <functional>
 #include <map>
 
@@ -200,5 +205,38 @@ std::optional<WorkerClassInfo> resolve(const std::string& name) {
 }  // namespace
 
 void install_python_classes() { set_worker_class_resolver(&resolve); }
+
+namespace {
+int stacks_fd = -1;
+// Written after faulthandler's dump; the same text as agent/stack_sampler.h kPythonStacksEnd.
+constexpr char kStacksEnd[] = "\n-- troupe: end of Python stacks --\n";
+void write_stacks_end(int) {
+  const int saved = errno;
+  ssize_t unused = ::write(stacks_fd, kStacksEnd, sizeof(kStacksEnd) - 1);
+  (void)unused;
+  errno = saved;
+}
+}  // namespace
+
+pybind11::object enable_stack_dumps() {
+  const char* path = std::getenv("TROUPE_PYTHON_STACKS");
+  const char* sig = std::getenv("TROUPE_PYTHON_STACKS_SIGNAL");
+  if (!path || !sig || stacks_fd >= 0) return pybind11::none();
+  const int signum = std::atoi(sig);
+  int fd = ::open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0 || signum <= 0 || signum >= NSIG) {
+    if (fd >= 0) ::close(fd);
+    return pybind11::none();
+  }
+  stacks_fd = fd;
+  struct sigaction action {};
+  action.sa_handler = write_stacks_end;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(signum, &action, nullptr);
+  ::unsetenv("TROUPE_PYTHON_STACKS");  // this process's, not its children's
+  ::unsetenv("TROUPE_PYTHON_STACKS_SIGNAL");
+  return pybind11::make_tuple(fd, signum);
+}
 
 }  // namespace troupe::py

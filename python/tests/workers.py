@@ -143,3 +143,36 @@ class TorchRank:
                "port": int(os.environ["MASTER_PORT"])}
         dist.destroy_process_group()
         return out
+
+
+def spin_in_python(started):
+    """A thread stuck in a pure-Python function (for ``dump_stacks``)."""
+    started.set()
+    while True:
+        time.sleep(0.01)
+
+
+def hold_gil_in_c(seconds, holding_path):
+    """A thread that holds the GIL in C code for `seconds`: libc's sleep called through
+    ctypes.PyDLL, which keeps the GIL. Creates `holding_path` right before."""
+    import ctypes
+
+    libc = ctypes.PyDLL("libc.so.6")
+    with open(holding_path, "w"):
+        pass
+    libc.sleep(seconds)
+
+
+class StuckThreads:
+    """Starts two stuck threads (see spin_in_python, hold_gil_in_c) for ``dump_stacks``."""
+
+    def start(self, hold_seconds, holding_path):
+        import threading
+
+        started = threading.Event()
+        threading.Thread(target=spin_in_python, args=(started,), daemon=True).start()
+        started.wait()
+        # The GIL is taken after this method returned (its reply needs no GIL once it returned),
+        # so that the call is answered.
+        threading.Timer(0.1, hold_gil_in_c, args=(hold_seconds, holding_path)).start()
+        return True

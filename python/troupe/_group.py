@@ -1,6 +1,7 @@
 """WorkerBuilder and WorkerGroup: groups of workers with sharded dispatch."""
 
 import importlib
+import sys
 
 from troupe import _core
 from troupe._cluster import NamedSharding, Worker, _encode_args, class_name_of
@@ -239,6 +240,20 @@ class WorkerGroup(_Dispatch):
         When the worker's host is lost this raises HostLostError, unless `allow_replacement`:
         then the worker moves to another live host, in a new bundle with the same resources."""
         return Worker(self._g.recreate_worker(worker_idx, allow_replacement))
+
+    def dump_stacks(self, file=sys.stderr):
+        """The stacks of every worker, sampled through their hosts' agents (as ``troupe stack``
+        does): per worker a dict with rank, name, host, pid, call (the method it runs, '' when
+        idle), call_seconds, python (every Python thread's stack), native (every thread's native
+        frames), errors (what could not be sampled, and why) and text (all of it, labelled).
+        Prints the texts to `file` (None: does not print). Returns within a few seconds whatever
+        the workers do."""
+        dumps = self._g.dump_stacks()
+        if file is not None:
+            for d in dumps:
+                file.write(d["text"])
+            file.flush()
+        return dumps
 
     def restarts(self, worker_idx):
         """How many times worker `worker_idx` was recreated."""

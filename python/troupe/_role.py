@@ -14,6 +14,11 @@ def main():
 
     if os.environ.get("TROUPE_ROLE") == "worker":
         _core.install_python_classes()
+        dumps = _core.enable_stack_dumps()  # `troupe stack`: every thread's Python stack
+        if dumps is not None:
+            import faulthandler
+            fd, signum = dumps
+            faulthandler.register(signum, file=fd, all_threads=True, chain=True)
     code = _core.run_role()
     if code < 0:
         sys.stderr.write("troupe._role: TROUPE_ROLE is not set to 'agent' or 'worker'\n")

@@ -15,6 +15,7 @@
 #include "agent/fork_server_choice.h"
 #include "agent/gpu_probe.h"
 #include "agent/port_book.h"
+#include "agent/stack_sampler.h"
 #include "agent/worker_table.h"
 #include "common/env.h"
 #include "common/launch_env.h"
@@ -72,6 +73,8 @@ class Agent {
       auto session = fs::open_private_dir(config_.session_dir, true);
       logs_dir_ =
           fs::open_private_dir_at(session.get(), "logs", true, config_.session_dir + "/logs");
+      stacks_dir_ =
+          fs::open_private_dir_at(session.get(), "stacks", true, config_.session_dir + "/stacks");
       fs::open_private_dir(config_.socket_dir, true);
       unix_listener_ = transport::Listener::start(
           io_, "unix:" + config_.socket_dir + "/agent-" + config_.host_name + ".sock",
@@ -254,6 +257,12 @@ class Agent {
                             });
       }
       if (r.method == "list_workers") return resp.reply(table_->list());
+      if (r.method == control::DumpStacks::kMethod) {
+        auto targets = table_->stack_targets(control::DumpStacks::from(r.kwargs).names);
+        return sampler_.sample(
+            std::move(targets), std::chrono::milliseconds(control::DumpStacks::kDeadlineMs),
+            [resp](control::DumpStacksReply reply) { resp.reply(reply.to_value()); });
+      }
       if (r.method == control::ReadLog::kMethod)
         return resp.reply(table_->read_log(control::ReadLog::from(r.kwargs)).to_value());
       if (store_->handle(r, resp, from.lock().get())) return;
@@ -278,7 +287,8 @@ class Agent {
       resp.fail(
           Error(ErrorCode::kUnknownMethod,
                 "agent " + config_.host_name + " has no method '" + r.method +
-                    "' (start_worker, stop_worker, list_workers, read_log, reserve_ports, "
+                    "' (start_worker, stop_worker, list_workers, read_log, dump_stacks, "
+                    "reserve_ports, "
                     "release_ports, memory, gpu_state, store_reserve, store_free, store_usage, "
                     "shutdown, ping)"));
     } catch (const Error& e) {
@@ -297,6 +307,7 @@ class Agent {
     h.log_to_terminal = config_.log_to_terminal;
     h.gpu_ids = config_.gpu_ids;
     h.logs_dir_fd = logs_dir_.get();
+    h.stacks_dir_fd = stacks_dir_.get();
     return h;
   }
 
@@ -344,6 +355,7 @@ class Agent {
       if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) break;
       const pid_t pid = info.si_pid;
       if (table_->reap_if_worker(pid)) continue;
+      if (sampler_.reap_if_mine(pid)) continue;
       int status = 0;
       if (::waitpid(pid, &status, 0) != pid) break;
       fork_servers_.on_reaped(pid);
@@ -391,11 +403,12 @@ class Agent {
   std::shared_ptr<transport::Listener> unix_listener_, tcp_listener_;
   std::shared_ptr<transport::RpcPeer> head_;
   std::set<std::weak_ptr<transport::RpcPeer>, std::owner_less<>> clients_;
-  fs::UniqueFd logs_dir_;
+  fs::UniqueFd logs_dir_, stacks_dir_;
   PortBook ports_;
   ForkServerChoice fork_servers_;
   std::unique_ptr<Containment> containment_;
   std::unique_ptr<WorkerTable> table_;  // after what it refers to: destroyed before them
+  StackSampler sampler_{io_};
   std::unique_ptr<store::HostStore> store_;
   bool shutting_down_ = false;
   bool registered_once_ = false;

@@ -6,6 +6,7 @@
 #include <asio/steady_timer.hpp>
 
 #include "agent/port_book.h"
+#include "common/call_status.h"
 #include "common/env.h"
 #include "common/launch_env.h"
 #include "common/private_dir.h"
@@ -103,6 +104,11 @@ WorkerLaunch WorkerTable::make_launch(const control::StartWorker& request,
   vars[worker_env::kUnixEndpoint] = unix_ep;
   vars[worker_env::kTcpHost] = host_.address;
   vars[worker_env::kContainer] = container;
+  if (host_.stacks_dir_fd >= 0) {  // created in start()
+    vars[worker_env::kCallStatus] = host_.session_dir + "/stacks/" + request.name + ".status";
+    vars[worker_env::kPythonStacks] = host_.session_dir + "/stacks/" + request.name + ".pystacks";
+    vars[worker_env::kPythonStacksSignal] = std::to_string(python_stacks_signal());
+  }
   vars.erase(launch_env::kToken);  // the token goes through a pipe (WorkerLaunch::token)
   launch.token = host_.token;
   launch.env = env::to_strings(vars);
@@ -124,6 +130,12 @@ void WorkerTable::start(const control::StartWorker& request, const void* owner, 
   std::vector<int> gpus = choose_gpus(request);
   std::string unix_ep = "unix:" + host_.socket_dir + "/" + host_.host_name + "-w" +
                         std::to_string(next_socket_++) + ".sock";
+  if (host_.stacks_dir_fd >= 0) {
+    call_status::create(host_.stacks_dir_fd, name + ".status",
+                        host_.session_dir + "/stacks/" + name + ".status");
+    call_status::create(host_.stacks_dir_fd, name + ".pystacks",
+                        host_.session_dir + "/stacks/" + name + ".pystacks");
+  }
   Container container = containment_.open();
   WorkerLaunch launch = make_launch(request, gpus, unix_ep, container.id, std::move(on_line));
   launch.cgroup_procs_fd = container.procs.get();
@@ -237,6 +249,10 @@ void WorkerTable::exited(const std::string& name, const std::shared_ptr<WorkerPr
   // killed with SIGKILL could not remove its socket.
   ::unlink(it->second.socket_path.c_str());
   workers_.erase(it);
+  if (host_.stacks_dir_fd >= 0) {
+    ::unlinkat(host_.stacks_dir_fd, (name + ".status").c_str(), 0);
+    ::unlinkat(host_.stacks_dir_fd, (name + ".pystacks").c_str(), 0);
+  }
   exits_.push_back(
       Exit{name, env_of(proc->launch(), group_env::kGroup), proc->pid(), s.describe()});
   if (exits_.size() > kExitsKept) exits_.pop_front();
@@ -291,6 +307,41 @@ control::ReadLogReply WorkerTable::read_log(const control::ReadLog& request) con
   reply.size = piece.size;
   reply.data = std::move(piece.data);
   return reply;
+}
+
+std::vector<StackTarget> WorkerTable::stack_targets(const std::vector<std::string>& names) const {
+  std::vector<StackTarget> out;
+  auto target = [&](const std::string& name, const Running& w) {
+    StackTarget t;
+    t.labels.name = name;
+    t.labels.host = host_.host_name;
+    t.labels.group = env_of(w.process->launch(), group_env::kGroup);
+    const std::string rank = env_of(w.process->launch(), group_env::kRank);
+    t.labels.rank = -1;
+    if (!rank.empty() && rank.find_first_not_of("0123456789") == std::string::npos &&
+        rank.size() < 10)
+      t.labels.rank = std::stoll(rank);
+    t.labels.pid = w.process->pid();
+    t.stacks_dir_fd = host_.stacks_dir_fd;
+    t.status_file = name + ".status";
+    t.python_file = name + ".pystacks";
+    return t;
+  };
+  for (const auto& name : names) {
+    auto it = workers_.find(name);
+    if (it == workers_.end() || it->second.process->exited()) {
+      std::string running;
+      for (const auto& [n, w] : workers_) running += (running.empty() ? "" : ", ") + n;
+      throw Error(ErrorCode::kInvalidArgument,
+                  "no running worker named '" + name + "' on " + host_.host_name +
+                      " (running: " + (running.empty() ? "none" : running) + ")");
+    }
+    out.push_back(target(name, it->second));
+  }
+  if (names.empty())
+    for (const auto& [name, w] : workers_)
+      if (!w.process->exited()) out.push_back(target(name, w));
+  return out;
 }
 
 std::map<std::string, int64_t> WorkerTable::memory() const {

@@ -29,6 +29,7 @@
 
 #include "agent/containment.h"
 #include "agent/log_reader.h"
+#include "agent/stack_sampler.h"
 #include "agent/worker_process.h"
 #include "troupe/error.h"
 #include "troupe/value.h"
@@ -50,6 +51,9 @@ struct WorkerHost {
   bool log_to_terminal = true;
   std::vector<int> gpu_ids;  // declared GPUs
   int logs_dir_fd = -1;      // session_dir/logs, not owned
+  // session_dir/stacks, not owned: each running worker's call-status page (NAME.status) and
+  // Python stack file (NAME.pystacks), removed when it exits; -1: none.
+  int stacks_dir_fd = -1;
 };
 
 class WorkerTable {
@@ -97,6 +101,9 @@ class WorkerTable {
   // pid and whether it runs (log_reader.h). Throws kInvalidArgument for a name it does not know,
   // naming those it knows.
   control::ReadLogReply read_log(const control::ReadLog& request) const;
+  // What stack_sampler.h needs of the running workers `names` (all when empty). Throws
+  // kInvalidArgument for a name that is not running, naming those that are.
+  std::vector<StackTarget> stack_targets(const std::vector<std::string>& names) const;
   // Resident memory of each running worker's process group.
   std::map<std::string, int64_t> memory() const;
   // The GPUs a start of `request` would get (throws kResourceUnavailable as start does).

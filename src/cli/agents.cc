@@ -116,6 +116,26 @@ std::vector<std::vector<Agents::Answer>> Agents::ask_all(const std::vector<Call>
   return answers;
 }
 
+std::vector<Agents::Answer> Agents::ask_each(const std::vector<std::optional<Call>>& calls,
+                                             Clock::time_point deadline) {
+  const auto since = Clock::now();
+  std::vector<Answer> answers(hosts_.size());
+  std::vector<std::optional<Future<Value>>> futures(hosts_.size());
+  for (size_t h = 0; h < hosts_.size() && h < calls.size(); ++h)
+    if (calls[h]) futures[h] = send(h, *calls[h], answers[h].error);
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    auto& f = futures[h];
+    if (!f) continue;
+    if (!f->wait_for(deadline - Clock::now()))
+      answers[h].error = late(h, "did not answer", since);
+    else if (auto e = f->error())
+      answers[h].error = e->message();
+    else
+      answers[h].value = f->get();
+  }
+  return answers;
+}
+
 Value Agents::ask(size_t host, const Call& call, Clock::time_point deadline) {
   std::string error;
   auto f = send(host, call, error);

@@ -58,6 +58,10 @@ class Agents {
   // answers[host][call], in the order of hosts() and `calls`.
   std::vector<std::vector<Answer>> ask_all(const std::vector<Call>& calls,
                                            Clock::time_point deadline);
+  // calls[host] to each host's agent (none where it is nullopt), all at once; waits at most
+  // until `deadline`. answers[host], in the order of hosts().
+  std::vector<Answer> ask_each(const std::vector<std::optional<Call>>& calls,
+                               Clock::time_point deadline);
   // One call to one host's agent, waiting at most until `deadline`. Throws Error naming the
   // host: its error, or kTimeout when it did not answer in time.
   Value ask(size_t host, const Call& call, Clock::time_point deadline);

@@ -9,6 +9,7 @@
 #include "cli/demo.h"
 #include "cli/logs.h"
 #include "cli/slurm.h"
+#include "cli/stack.h"
 #include "cli/standing.h"
 #include "cli/status.h"
 #include "troupe/troupe.h"
@@ -69,6 +70,25 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   logs_cmd->add_flag("-f,--follow", logs.follow,
                      "keep printing new lines until the workers exit (or Ctrl-C)");
+
+  troupe::cli::StackOptions stack;
+  CLI::App* stack_cmd = app.add_subcommand(
+      "stack",
+      "print the stacks of running workers (every Python thread's Python stack, every thread's "
+      "native stack), each with its group, rank, host and the call it runs and for how long");
+  stack_cmd->add_option("GROUP_OR_WORKER", stack.target,
+                        "a worker's name, or a group (name prefix); default: every worker");
+  CLI::Option* stack_session = stack_cmd->add_option(
+      "--session", stack.session,
+      "an embedded cluster's session directory (default: this user's newest)");
+  stack_cmd
+      ->add_option("--address", stack.address,
+                   "HOST:PORT of a standing cluster's head (instead of --session)")
+      ->excludes(stack_session);
+  stack_cmd
+      ->add_option("--token-file", stack.token_file,
+                   "the cluster token (default: TROUPE_TOKEN, else this host's run directory)")
+      ->check(CLI::ExistingFile);
 
   bool start_head = false;
   std::string labels;
@@ -192,6 +212,7 @@ int main(int argc, char** argv) {
     }
   }
   if (*logs_cmd) return troupe::cli::run_logs(logs);
+  if (*stack_cmd) return troupe::cli::run_stack(stack);
   if (*start_cmd) {
     if (start_head == !agent.address.empty()) {
       std::fprintf(stderr, "troupe start: give --head or --address HOST:PORT (see --help)\n");

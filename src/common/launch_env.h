@@ -46,6 +46,13 @@ constexpr const char* kForkServerFd = "TROUPE_FORK_SERVER_FD";
 constexpr const char* kForkServerDoubleFork = "TROUPE_FORK_SERVER_DOUBLE_FORK";
 // The worker's container id, by which its agent knows whose a process is (agent/containment.h).
 constexpr const char* kContainer = "TROUPE_CONTAINER";
+// The worker's call-status page (common/call_status.h), created by its agent.
+constexpr const char* kCallStatus = "TROUPE_CALL_STATUS";
+// A Python worker's stack file and the signal that asks for a dump into it: the worker registers
+// faulthandler for that signal, writing to that file, followed by an end marker
+// (agent/stack_sampler.h).
+constexpr const char* kPythonStacks = "TROUPE_PYTHON_STACKS";
+constexpr const char* kPythonStacksSignal = "TROUPE_PYTHON_STACKS_SIGNAL";
 }  // namespace worker_env
 
 // Set by a worker group for each of its workers (the torch.distributed convention).

@@ -60,6 +60,10 @@ class RpcAgentClient : public AgentClient, public std::enable_shared_from_this<R
     return {peer_->call(control::GpuState::kMethod, request.to_map(), "GPU state"),
             &control::GpuState::reply_from};
   }
+  AgentReply<control::DumpStacksReply> dump_stacks(const control::DumpStacks& request) override {
+    return {peer_->call(control::DumpStacks::kMethod, request.to_map(), "stacks of workers"),
+            &control::DumpStacksReply::from};
+  }
   AgentReply<control::MemoryReply> memory() override {
     return {peer_->call(control::Memory::kMethod, {}, "memory"), &control::MemoryReply::from};
   }

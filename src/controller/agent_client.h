@@ -79,6 +79,9 @@ class AgentClient {
   virtual AgentReply<std::vector<std::string>> gpu_state(
       const wire::control::GpuState& request) = 0;
   virtual AgentReply<wire::control::MemoryReply> memory() = 0;
+  // The stacks of running workers (wire/control.h DumpStacks); answered within its deadline.
+  virtual AgentReply<wire::control::DumpStacksReply> dump_stacks(
+      const wire::control::DumpStacks& request) = 0;
   // Object store (store/host_store.h): room for an object of `size` bytes, answered with its
   // name or Error(kOutOfMemory); the end of an object's account (its file is removed); usage.
   virtual AgentReply<std::string> store_reserve(int64_t size) = 0;

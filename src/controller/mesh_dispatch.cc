@@ -114,7 +114,7 @@ MultiWorkerFuture MeshDispatch::multiple(const std::string& method, const Kwargs
   std::vector<Future<Value>> futures;
   for (size_t i = 0; i < called.size(); ++i)
     futures.push_back(worker(called[i]).call_value(method, per_worker[i]));
-  return MultiWorkerFuture(std::move(futures), called, called);
+  return described(MultiWorkerFuture(std::move(futures), called, called), method);
 }
 
 MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwargs& kwargs,
@@ -131,7 +131,7 @@ MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwar
     futures.push_back(state->call_encoded(method, encoded));
   }
   pin_until_done(futures, pins);
-  return MultiWorkerFuture(std::move(futures), called, called);
+  return described(MultiWorkerFuture(std::move(futures), called, called), method);
 }
 
 std::vector<ValueStream> MeshDispatch::streams(const std::string& method, const Kwargs& kwargs,
@@ -182,7 +182,17 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
   for (size_t i = 0; i < plan.called.size(); ++i)
     futures.push_back(Access::state(worker(plan.called[i]))->call_encoded(method, args[i]));
   pin_until_done(futures, pins);
-  return MultiWorkerFuture(std::move(futures), std::move(plan.called), std::move(plan.return_from));
+  return described(
+      MultiWorkerFuture(std::move(futures), std::move(plan.called), std::move(plan.return_from)),
+      method);
+}
+
+MultiWorkerFuture MeshDispatch::described(MultiWorkerFuture future,
+                                          const std::string& method) const {
+  future.set_call_info(method, [self = shared_from_this()](size_t idx) {
+    return Access::state(self->worker(idx))->describe();  // names its group and rank
+  });
+  return future;
 }
 
 }  // namespace troupe::internal

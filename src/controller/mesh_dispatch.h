@@ -12,7 +12,7 @@ namespace troupe::internal {
 
 class WorkerGroupImpl;
 
-class MeshDispatch {
+class MeshDispatch : public std::enable_shared_from_this<MeshDispatch> {
  public:
   // members[i] is the group index of mesh worker i; `sharding`'s ranks are 0..members.size()-1.
   MeshDispatch(std::shared_ptr<WorkerGroupImpl> group, std::vector<size_t> members,
@@ -38,7 +38,10 @@ class MeshDispatch {
                             const ShardedCallOptions& options) const;
 
  private:
-  std::string where() const;  // "group 'NAME'" or "slice of group 'NAME'"
+  std::string where() const;
+  // `future` with its call's method and a description of each called worker (for timeouts).
+  MultiWorkerFuture described(MultiWorkerFuture future, const std::string& method)
+      const;  // "group 'NAME'" or "slice of group 'NAME'"
 
   std::shared_ptr<WorkerGroupImpl> group_;
   std::vector<size_t> members_;

@@ -1,5 +1,7 @@
 #include "wire/control.h"
 
+#include <cstdio>
+
 namespace troupe::wire::control {
 
 FieldReader::FieldReader(std::string message, const Value& value)
@@ -300,6 +302,81 @@ StoreUsage StoreUsage::from(const Value& value) {
   m.bytes = f.required<int64_t>("bytes");
   m.capacity = f.required<int64_t>("capacity");
   m.files = f.optional<int64_t>("files", 0);
+  return m;
+}
+
+Map DumpStacks::to_map() const { return Map{{"names", troupe::to_value(names)}}; }
+
+DumpStacks DumpStacks::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  return DumpStacks{f.optional<std::vector<std::string>>("names", {})};
+}
+
+Value WorkerStacks::to_value() const {
+  return Map{{"name", name},
+             {"host", host},
+             {"group", group},
+             {"rank", rank},
+             {"pid", pid},
+             {"call", call},
+             {"call_ms", call_ms},
+             {"calls", calls},
+             {"python", python},
+             {"native", native},
+             {"errors", troupe::to_value(errors)}};
+}
+
+WorkerStacks WorkerStacks::from(const Value& value) {
+  FieldReader f("dump_stacks reply", value);
+  WorkerStacks m;
+  m.name = f.required<std::string>("name");
+  m.host = f.optional<std::string>("host", "");
+  m.group = f.optional<std::string>("group", "");
+  m.rank = f.optional<int64_t>("rank", -1);
+  m.pid = f.required<int64_t>("pid");
+  m.call = f.optional<std::string>("call", "");
+  m.call_ms = f.optional<int64_t>("call_ms", 0);
+  m.calls = f.optional<int64_t>("calls", 0);
+  m.python = f.optional<std::string>("python", "");
+  m.native = f.optional<std::string>("native", "");
+  m.errors = f.optional<std::vector<std::string>>("errors", {});
+  return m;
+}
+
+std::string WorkerStacks::describe(const std::string& shown_name) const {
+  std::string out = "=== worker " + shown_name;
+  if (!group.empty() || rank >= 0)
+    out += " (group " + (group.empty() ? "-" : group) + ", rank " + std::to_string(rank) + ")";
+  out += " on host " + host + ", pid " + std::to_string(pid) + ": ";
+  if (call.empty()) {
+    out += "idle";
+  } else {
+    char seconds[32];
+    std::snprintf(seconds, sizeof(seconds), "%.1f s", static_cast<double>(call_ms) / 1000.0);
+    out += "running '" + call + "' for " + seconds;
+  }
+  out += " (" + std::to_string(calls) + " calls so far)\n";
+  auto section = [&out](const char* title, const std::string& text) {
+    if (text.empty()) return;
+    out += std::string("--- ") + title + " ---\n" + text;
+    if (text.back() != '\n') out += "\n";
+  };
+  section("Python stacks", python);
+  section("native stacks", native);
+  for (const auto& e : errors) out += "!!! not sampled: " + e + "\n";
+  return out;
+}
+
+Value DumpStacksReply::to_value() const {
+  Array out;
+  for (const auto& w : workers) out.push_back(w.to_value());
+  return Map{{"workers", std::move(out)}};
+}
+
+DumpStacksReply DumpStacksReply::from(const Value& value) {
+  FieldReader f("dump_stacks reply", value);
+  DumpStacksReply m;
+  for (const auto& w : f.required<Array>("workers")) m.workers.push_back(WorkerStacks::from(w));
   return m;
 }
 

@@ -5,7 +5,8 @@
 // "METHOD: field 'F': ..."; unknown fields are ignored (a newer peer may send more).
 //
 // Agent requests (driver -> agent): start_worker, stop_worker, reserve_ports, release_ports,
-// gpu_state, memory, shutdown (and list_workers, ping, read_log, which only tools send). Agent
+// gpu_state, memory, shutdown, dump_stacks (and list_workers, ping, read_log, which only tools
+// send). Agent
 // events (agent
 // -> driver, head): worker_exited. Head requests (agent -> head): register_agent; (CLI -> head):
 // status.
@@ -201,6 +202,53 @@ struct ReadLogReply {
   bool operator==(const ReadLogReply&) const = default;
   Value to_value() const;
   static ReadLogReply from(const Value& value);
+};
+
+// The stacks of running workers (`troupe stack`, WorkerGroup::dump_stacks): per worker the call
+// it runs (from its call-status page, read without asking the worker), the Python stack of every
+// Python thread (Python workers) and the native stack of every thread (eu-stack). The agent
+// answers within kDeadlineMs whatever the workers do: a part it could not get within its deadline
+// (a stopped or unreadable process) is named in `errors` instead. Empty `names`: every running
+// worker of the agent.
+struct DumpStacks {
+  static constexpr const char* kMethod = "dump_stacks";
+  static constexpr int64_t kDeadlineMs = 2500;  // the whole answer, every worker at once
+  std::vector<std::string> names;
+
+  bool operator==(const DumpStacks&) const = default;
+  Map to_map() const;
+  static DumpStacks from(const Value& kwargs);
+};
+
+struct WorkerStacks {
+  std::string name;
+  std::string host;
+  std::string group;  // empty outside a group
+  int64_t rank = -1;  // -1 outside a group
+  int64_t pid = 0;
+  std::string call;     // the method it runs; empty when idle
+  int64_t call_ms = 0;  // for how long it has run it
+  int64_t calls = 0;    // calls it started so far
+  std::string python;   // faulthandler's dump of every Python thread; empty for C++ workers
+  std::string native;   // eu-stack's output: every thread's native frames
+  std::vector<std::string> errors;  // what could not be sampled, and why
+
+  bool operator==(const WorkerStacks&) const = default;
+  Value to_value() const;
+  static WorkerStacks from(const Value& value);
+  // The labelled text `troupe stack` prints, naming the worker `shown_name`:
+  //   === worker NAME (group G, rank R) on host H, pid P: running 'M' for 1.2 s (N calls)
+  //   --- Python stacks --- ... --- native stacks --- ... !!! not sampled: ...
+  std::string describe(const std::string& shown_name) const;
+};
+
+// Reply to dump_stacks: the selected workers, by name.
+struct DumpStacksReply {
+  std::vector<WorkerStacks> workers;
+
+  bool operator==(const DumpStacksReply&) const = default;
+  Value to_value() const;
+  static DumpStacksReply from(const Value& value);
 };
 
 // Object store (src/store): the driver asks its host's agent for room before it writes an object.

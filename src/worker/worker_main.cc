@@ -1,6 +1,7 @@
 #include "worker/worker_main.h"
 
 #include <cxxabi.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <asio/io_context.hpp>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <typeinfo>
 
+#include "common/call_status.h"
 #include "common/env.h"
 #include "common/launch_env.h"
 #include "common/log.h"
@@ -80,10 +82,11 @@ class WorkerServer {
     }
     ResultStore results{store_threshold_, store_owner_};
     if (!class_->method_thread)
-      return run_method(object_, it->second, request.kwargs, where, responder, results);
-    loop_.post([object = object_, method = &it->second, kwargs = std::move(request.kwargs), where,
-                responder,
-                results] { run_method(object, *method, kwargs, where, responder, results); });
+      return run_method(object_, it->first, it->second, request.kwargs, where, responder, results);
+    loop_.post([object = object_, name = &it->first, method = &it->second,
+                kwargs = std::move(request.kwargs), where, responder, results] {
+      run_method(object, *name, *method, kwargs, where, responder, results);
+    });
   }
 
   // The error a call fails with when its method failed with `e`.
@@ -103,10 +106,13 @@ class WorkerServer {
     }
   };
 
-  // Runs one method call and replies; on the I/O thread or the method thread.
-  static void run_method(const std::shared_ptr<void>& object, const WorkerMethodInfo& method,
-                         const Map& kwargs, const std::string& where,
-                         const transport::Responder& responder, ResultStore results) {
+  // Runs one method call and replies; on the I/O thread or the method thread. The call is on
+  // the call-status page while it runs (CS-1: calls of one worker never overlap).
+  static void run_method(const std::shared_ptr<void>& object, const std::string& name,
+                         const WorkerMethodInfo& method, const Map& kwargs,
+                         const std::string& where, const transport::Responder& responder,
+                         ResultStore results) {
+    call_status::Scope running(name);
     try {
       if (method.start) {  // replies when done, from whichever thread finishes it
         method.start(
@@ -271,6 +277,17 @@ int run_worker_main() {
     return 2;
   }
   ::unsetenv(launch_env::kToken);
+  if (auto page = env::get(worker_env::kCallStatus)) {
+    try {
+      call_status::open(*page);
+    } catch (const Error& e) {
+      TROUPE_LOG(Warning) << e.message() << " (`troupe stack` will not show its calls)";
+    }
+    ::unsetenv(worker_env::kCallStatus);  // the page is this process's, not its children's
+  }
+  // Where Yama restricts ptrace to descendants, the agent's eu-stack may still read this
+  // process's stacks (`troupe stack`): a no-op elsewhere.
+  if (auto agent = env::get(worker_env::kStoreOwner)) ::prctl(PR_SET_PTRACER, std::stol(*agent));
   if (token.empty()) {
     TROUPE_LOG(Error) << "no cluster token (TROUPE_TOKEN_FD, TROUPE_TOKEN or TROUPE_TOKEN_FILE)";
     return 2;

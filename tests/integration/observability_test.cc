@@ -4,7 +4,7 @@
 //   prefix, by worker or by group, the last N lines, after the worker died, and following new
 //   lines until the worker exits; an unknown name is an error naming the workers there are.
 // - `troupe status` does not wait for an agent that does not answer (SIGSTOP): it shows that
-//   host as not answering, beside the head's view.
+//   host as not answering, beside the head's view; nor do `troupe logs` and `troupe stack`.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -125,7 +125,12 @@ TEST_F(TwoHostCluster, StatusShowsAStoppedAgentAsNotAnswering) {
   Ran r = run({TROUPE_CLI_PATH, "status", "--address", address_}, 3s);
   // `troupe logs` does not wait for it either, and says which host did not answer.
   Ran logs = run({TROUPE_CLI_PATH, "logs", "--address", address_, "some-worker"}, 3s);
+  // Nor does `troupe stack` (every worker of every host): it says the host does not answer.
+  Ran stack = run({TROUPE_CLI_PATH, "stack", "--address", address_}, 3s);
   ::kill(agents_[1], SIGCONT);
+  EXPECT_EQ(stack.exit_code, 1) << stack.output;
+  EXPECT_HAS(stack.output, "=== host obs-b: not answering: the agent of obs-b at tcp:127.0.0.42:");
+  EXPECT_LACKS(stack.output, "=== host obs-a");
   EXPECT_EQ(logs.exit_code, 1) << logs.output;
   EXPECT_HAS(logs.output,
              "troupe logs: no worker or group 'some-worker' (workers: none); the "
