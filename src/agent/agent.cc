@@ -9,6 +9,7 @@
 #include <asio/post.hpp>
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
+#include <cstdio>
 #include <thread>
 
 #include "agent/agent_metrics.h"
@@ -86,7 +87,9 @@ class Agent {
       if (config_.metrics_port >= 0) {
         metrics_ = std::make_unique<AgentMetrics>(*store_);
         std::string bound = metrics_->serve(config_.address, config_.metrics_port, config_.token);
-        TROUPE_LOG(Info) << "metrics at http://" << bound << "/metrics";
+        // Always printed (not a log line at a level): port 0 is only known from here.
+        std::fprintf(stderr, "troupe agent metrics at http://%s/metrics\n", bound.c_str());
+        std::fflush(stderr);
       }
       containment_ = Containment::create(env::get_or(agent_env::kCgroups, "1") != "0");
       table_ = std::make_unique<WorkerTable>(

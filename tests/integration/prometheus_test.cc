@@ -149,8 +149,20 @@ class PrometheusScrape : public testing::Test {
                             "--num-cpus", "2", "--num-gpus", "0", "--metrics-port", "0"},
                            dir_.path() + "/agent.log");
     agent_metrics_ = wait_for_line(dir_.path() + "/agent.log",
-                                   R"(metrics at http://(127\.0\.0\.43:\d+)/metrics)");
+                                   R"(troupe agent metrics at http://(127\.0\.0\.43:\d+)/metrics)");
     ASSERT_FALSE(agent_metrics_.empty());
+    // It serves metrics before it registers: ready once the head lists it as up.
+    std::regex up(R"(\n  prom-a .* up )");
+    std::string status;
+    if (!eventually(
+            [&] {
+              status = "\n" + run_to_completion({TROUPE_CLI_PATH, "status", "--address", address_},
+                                                kDeadline);
+              return std::regex_search(status, up);
+            },
+            kDeadline))
+      FAIL() << "the agent did not join:" << status << "\n"
+             << read_file(dir_.path() + "/agent.log");
   }
   void TearDown() override {
     stop_process(prometheus_);
@@ -158,7 +170,7 @@ class PrometheusScrape : public testing::Test {
     stop_process(head_);
   }
 
-  // Starts Prometheus scraping `targets` (job name -> ADDRESS:PORT) every second with the token,
+  // Starts Prometheus scraping `targets` (job name -> ADDRESS:PORT) every 500 ms with the token,
   // plus the job "anonymous" scraping the head without it.
   void start_prometheus(const std::vector<std::pair<std::string, std::string>>& targets) {
     const std::string token_file = dir_.path() + "/token";
@@ -168,7 +180,7 @@ class PrometheusScrape : public testing::Test {
     }
     ::chmod(token_file.c_str(), 0600);
     std::string config =
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
+        "global:\n  scrape_interval: 500ms\n  scrape_timeout: 500ms\n  evaluation_interval: 500ms\n"
         "scrape_configs:\n";
     for (const auto& [job, target] : targets)
       config += "  - job_name: " + job + "\n    authorization:\n      type: Bearer\n" +
@@ -183,6 +195,14 @@ class PrometheusScrape : public testing::Test {
          "--storage.tsdb.path=" + dir_.path() + "/prometheus-data",
          "--web.listen-address=127.0.0.1:" + std::to_string(prometheus_port_), "--log.level=warn"},
         dir_.path() + "/prometheus.log");
+    // Its start-up (storage, rule manager) takes seconds on a busy machine: ready when /-/ready
+    // answers "... is Ready."
+    if (!eventually(
+            [&] {
+              return http_get(prometheus_port_, "/-/ready").find("Ready") != std::string::npos;
+            },
+            kDeadline))
+      FAIL() << "prometheus did not become ready:\n" << read_file(dir_.path() + "/prometheus.log");
   }
 
   // The value of an instant query's single sample ("" while there is none).
@@ -225,8 +245,8 @@ TEST_F(PrometheusScrape, SeesTheClusterAndTheDriversCalls) {
   }
   ASSERT_EQ(failed, 2);
   ASSERT_EQ(sum, 20);
-  start_prometheus(
-      {{"head", head_metrics_}, {"agent", agent_metrics_}, {"driver", driver.metrics_address()}});
+  ASSERT_NO_FATAL_FAILURE(start_prometheus(
+      {{"head", head_metrics_}, {"agent", agent_metrics_}, {"driver", driver.metrics_address()}}));
 
   // What the driver, agent and head know now, worked out from what this test did.
   const std::vector<std::pair<std::string, std::string>> expected = {
