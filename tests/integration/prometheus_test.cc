@@ -136,18 +136,21 @@ class PrometheusScrape : public testing::Test {
       GTEST_SKIP() << kPrometheus << " is not installed (Debian package prometheus)";
     envs_.set("TMPDIR", dir_.path());
     envs_.set("TROUPE_TOKEN", kToken);
-    head_ = spawn_to_file({TROUPE_CLI_PATH, "start", "--head", "--block", "--node-ip-address",
-                           "127.0.0.1", "--port", "0", "--metrics-port", "0"},
-                          dir_.path() + "/head.log");
+    // --host-lost-ms 10000: under ASan on a busy machine heartbeats lag past the 700 ms default.
+    head_ = spawn_to_file(
+        {TROUPE_CLI_PATH, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port",
+         "0", "--metrics-port", "0", "--host-lost-ms", "10000"},
+        dir_.path() + "/head.log");
     address_ = wait_for_line(dir_.path() + "/head.log", R"(listening on (127\.0\.0\.1:\d+))");
     head_metrics_ = wait_for_line(dir_.path() + "/head.log",
                                   R"(head metrics at http://(127\.0\.0\.1:\d+)/metrics)");
     ASSERT_FALSE(address_.empty() || head_metrics_.empty());
     envs_.set("TROUPE_ADDRESS", address_);
-    agent_ = spawn_to_file({TROUPE_CLI_PATH, "start", "--address", address_, "--block",
-                            "--node-ip-address", "127.0.0.43", "--host-name", "prom-a",
-                            "--num-cpus", "2", "--num-gpus", "0", "--metrics-port", "0"},
-                           dir_.path() + "/agent.log");
+    agent_ =
+        spawn_to_file({TROUPE_CLI_PATH, "start", "--address", address_, "--block",
+                       "--node-ip-address", "127.0.0.43", "--host-name", "prom-a", "--num-cpus",
+                       "2", "--num-gpus", "0", "--metrics-port", "0", "--host-lost-ms", "10000"},
+                      dir_.path() + "/agent.log");
     agent_metrics_ = wait_for_line(dir_.path() + "/agent.log",
                                    R"(troupe agent metrics at http://(127\.0\.0\.43:\d+)/metrics)");
     ASSERT_FALSE(agent_metrics_.empty());
@@ -225,6 +228,7 @@ TEST_F(PrometheusScrape, SeesTheClusterAndTheDriversCalls) {
   auto options = troupe::ClusterOptions::connect(address_);
   options.log_to_driver = false;
   options.metrics_port = 0;
+  options.host_lost_timeout = 10s;  // as the head and agent: sanitizers on a busy machine
   troupe::Cluster driver(options);
   ASSERT_FALSE(driver.metrics_address().empty());
   std::vector<troupe::Worker> workers;
