@@ -98,6 +98,13 @@ struct ClusterOptions {
   size_t object_store_threshold = size_t{1} << 20;
   int64_t object_store_memory = 0;
 
+  // Prometheus metrics of this driver (calls per method and group: started, finished, failed,
+  // latency; bytes sent; restarts) on http://metrics_address:metrics_port/metrics, for requests
+  // that carry the cluster token (`Authorization: Bearer TOKEN`). 0: any free port
+  // (Cluster::metrics_address() tells which); negative (the default): no metrics.
+  int metrics_port = -1;
+  std::string metrics_address = "127.0.0.1";
+
   // `num_hosts` simulated hosts with the given declared resources each.
   static ClusterOptions local(size_t num_hosts, int gpus_per_host = 0, double cpus_per_host = 0);
   // A standing cluster's head at `address` ("HOST:PORT").
@@ -233,6 +240,9 @@ class Cluster {
   // at each call: hosts that joined since are there, lost ones have alive == false.
   std::vector<HostInfo> hosts() const;
   const std::string& session_dir() const;
+  // "ADDRESS:PORT" of this driver's metrics endpoint (ClusterOptions::metrics_port); empty when
+  // it serves none.
+  std::string metrics_address() const;
   // Memory of every live host, read from /proc by its agent. Blocks at most `timeout`; hosts
   // that do not answer in time are left out.
   std::vector<HostMemory> host_memory(

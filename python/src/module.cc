@@ -255,9 +255,10 @@ void bind_driver(pyb::module_& m) {
                         std::string session_dir, bool log_to_driver, double start_timeout_s,
                         std::map<std::string, ExeSpec> executables, ExeSpec agent,
                         ExeSpec python_default, std::map<std::string, std::string> python_per_class,
-                        std::string address) {
+                        std::string address, int metrics_port) {
         ClusterOptions o;
         o.address = address;
+        o.metrics_port = metrics_port;
         o.hosts.clear();
         for (auto& [name, address, cpus, gpus] : hosts)
           o.hosts.push_back(HostSpec{name, address, cpus, gpus, {}});
@@ -312,6 +313,7 @@ void bind_driver(pyb::module_& m) {
              return out;
            })
       .def("session_dir", &Cluster::session_dir)
+      .def("metrics_address", &Cluster::metrics_address)
       .def("shutdown", &Cluster::shutdown, nogil());
 
   pyb::class_<NamedSharding>(m, "NamedSharding")

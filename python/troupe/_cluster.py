@@ -113,6 +113,15 @@ class Worker:
         return f"<troupe.Worker {self.name} pid={self.pid}>"
 
 
+def _metrics_port(port):
+    """The C++ ClusterOptions::metrics_port of Cluster's `metrics_port` (None: -1, none)."""
+    if port is None:
+        return -1
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"metrics_port must be a port number 0..65535 or None, not {port!r}")
+    return port
+
+
 class Cluster:
     """The runtime: an embedded head in this process and one agent process per simulated host
     (each with its own loopback address 127.0.0.2, 127.0.0.3, ... and declared resources).
@@ -134,6 +143,10 @@ class Cluster:
             of an embedded one (num_hosts and the per-host resources are then the hosts'
             own); the environment variable TROUPE_ADDRESS does the same. The token comes from
             TROUPE_TOKEN or TROUPE_TOKEN_FILE.
+        metrics_port: serve this driver's Prometheus metrics (calls per method: started,
+            finished, failed, latency; bytes sent; restarts) on
+            http://127.0.0.1:PORT/metrics to requests with ``Authorization: Bearer TOKEN``
+            (the cluster token); 0: any free port (see metrics_address); None: no metrics.
 
     Python classes ("pkg.module.Class", or a class object) need no registration: their worker
     is ``python`` running troupe's worker runtime, importing the class by name (with this
@@ -142,7 +155,8 @@ class Cluster:
 
     def __init__(self, num_hosts=1, num_gpus_per_host=0, num_cpus_per_host=0, *,
                  session_dir="", log_to_driver=True, start_timeout=30.0, executables=None,
-                 python_executables=None, python=None, address=None):
+                 python_executables=None, python=None, address=None,
+                 metrics_port=None):
         python = python or sys.executable
         hosts = [(f"host-{i}", f"127.0.0.{i + 2}", float(num_cpus_per_host), int(num_gpus_per_host))
                  for i in range(num_hosts)]
@@ -151,7 +165,7 @@ class Cluster:
         exes = {k: _exe_spec(v) for k, v in (executables or {}).items()}
         self._c = _core.Cluster(hosts, session_dir, log_to_driver, float(start_timeout), exes,
                                 agent, (python, boot, {}), dict(python_executables or {}),
-                                address or "")
+                                address or "", _metrics_port(metrics_port))
 
     def start_worker(self, cls, *args, host=0, name="", env=None, num_gpus=0, gpus=None,
                      **kwargs):
@@ -173,6 +187,11 @@ class Cluster:
     def session_dir(self):
         """The session directory (logs/, the token file)."""
         return self._c.session_dir()
+
+    @property
+    def metrics_address(self):
+        """"ADDRESS:PORT" of this driver's metrics endpoint (metrics_port); None without one."""
+        return self._c.metrics_address() or None
 
     def shutdown(self):
         """Stops every worker, then every agent; idempotent."""

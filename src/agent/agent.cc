@@ -9,8 +9,10 @@
 #include <asio/post.hpp>
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
+#include <cstdio>
 #include <thread>
 
+#include "agent/agent_metrics.h"
 #include "agent/containment.h"
 #include "agent/fork_server_choice.h"
 #include "agent/gpu_probe.h"
@@ -85,6 +87,13 @@ class Agent {
                                                   config_.object_store_memory, config_.host_name);
       if (size_t n = store_->sweep())
         TROUPE_LOG(Info) << "removed " << n << " store object(s) of agents that are gone";
+      if (config_.metrics_port >= 0) {
+        metrics_ = std::make_unique<AgentMetrics>(*store_);
+        std::string bound = metrics_->serve(config_.address, config_.metrics_port, config_.token);
+        // Always printed (not a log line at a level): port 0 is only known from here.
+        std::fprintf(stderr, "troupe agent metrics at http://%s/metrics\n", bound.c_str());
+        std::fflush(stderr);
+      }
       containment_ = Containment::create(env::get_or(agent_env::kCgroups, "1") != "0");
       table_ = std::make_unique<WorkerTable>(
           io_, worker_host(), ports_, *containment_,
@@ -111,6 +120,7 @@ class Agent {
       if (auto c = weak.lock()) c->close(Error(ErrorCode::kShutdown, "agent exiting"));
     io_.restart();
     io_.poll();
+    if (metrics_) metrics_->stop();
     fork_servers_.reset();    // FS-5: each exits on its socket's EOF; waited for
     containment_->end_all();  // CT-3
     store_->release_all();
@@ -170,7 +180,10 @@ class Agent {
           };
           head_ = transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h));
           if (config_.heartbeat_interval.count() > 0)
-            head_->start_heartbeat(config_.heartbeat_interval, config_.heartbeat_timeout);
+            head_->start_heartbeat(config_.heartbeat_interval, config_.heartbeat_timeout,
+                                   [this](std::chrono::nanoseconds rtt) {
+                                     if (metrics_) metrics_->on_heartbeat_round_trip(rtt);
+                                   });
           control::RegisterAgent reg;
           reg.host_name = config_.host_name;
           reg.address = config_.address;
@@ -321,13 +334,23 @@ class Agent {
                         control::WorkerLog{name, 0, is_stderr, {line}}.to_value());
       };
     auto owner_peer = owner.lock();
-    table_->start(request, owner_peer.get(), std::move(on_line),
-                  [resp](const control::StartWorkerReply* reply, const Error* e) {
-                    if (reply)
-                      resp.reply(reply->to_value());
-                    else
-                      resp.fail(*e);
-                  });
+    if (metrics_) metrics_->on_start_requested();
+    try {
+      table_->start(request, owner_peer.get(), std::move(on_line),
+                    [this, resp](const control::StartWorkerReply* reply, const Error* e) {
+                      if (metrics_) {
+                        metrics_->on_start_done(reply != nullptr);
+                        metrics_->set_workers(table_->size());
+                      }
+                      if (reply)
+                        resp.reply(reply->to_value());
+                      else
+                        resp.fail(*e);
+                    });
+    } catch (const Error&) {
+      if (metrics_) metrics_->on_start_done(false);
+      throw;
+    }
   }
 
   // Host memory and the resident memory of each running worker's process group.
@@ -341,6 +364,7 @@ class Agent {
   }
 
   void broadcast_exit(const control::WorkerExited& exited) {
+    if (metrics_) metrics_->on_exit(exited);
     Value event = exited.to_value();
     for (const auto& weak : clients_)
       if (auto c = weak.lock()) c->send_event(control::WorkerExited::kEvent, event);
@@ -360,6 +384,7 @@ class Agent {
       if (::waitpid(pid, &status, 0) != pid) break;
       fork_servers_.on_reaped(pid);
     }
+    if (metrics_) metrics_->set_workers(table_->size());
     maybe_exit();
   }
 
@@ -410,6 +435,7 @@ class Agent {
   std::unique_ptr<WorkerTable> table_;  // after what it refers to: destroyed before them
   StackSampler sampler_{io_};
   std::unique_ptr<store::HostStore> store_;
+  std::unique_ptr<AgentMetrics> metrics_;  // after store_, which it reads: destroyed first
   bool shutting_down_ = false;
   bool registered_once_ = false;
   bool shutdown_requested_ = false;  // by a client (the driver), which is alive then

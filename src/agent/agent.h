@@ -90,6 +90,10 @@ struct AgentConfig {
   bool fork_server = true;
   // The object store's capacity in bytes (store/host_store.h); <= 0: 30 % of MemTotal.
   int64_t object_store_memory = 0;
+  // Serves Prometheus metrics (agent_metrics.h) on http://address:metrics_port/metrics to
+  // bearers of the cluster token (transport/http_server.h); 0: any free port, logged at start;
+  // negative: none.
+  int metrics_port = -1;
 };
 
 // Reads the configuration that the driver (or `troupe start`) put in the environment

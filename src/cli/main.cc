@@ -137,6 +137,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(50, 600000))
       ->capture_default_str();
 
+  start_cmd
+      ->add_option("--metrics-port", head.metrics_port,
+                   "serve Prometheus metrics on http://NODE-IP:PORT/metrics to bearers of the "
+                   "cluster token (0: any free port, printed)")
+      ->check(CLI::Range(0, 65535));
   start_cmd->add_flag("--slurm", agent.slurm,
                       "an agent in a Slurm job step (as `troupe slurm` starts them): host name, "
                       "address, CPUs and GPUs from Slurm unless given; exits with its head");
@@ -237,6 +242,7 @@ int main(int argc, char** argv) {
     agent.block = head.block;
     agent.heartbeat_ms = head.heartbeat_ms;
     agent.host_lost_ms = head.host_lost_ms;
+    agent.metrics_port = head.metrics_port;
     return troupe::cli::run_start_agent(agent);
   }
   if (*slurm_cmd) {

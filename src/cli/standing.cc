@@ -29,6 +29,7 @@
 #include "common/process.h"
 #include "common/token.h"
 #include "head/head.h"
+#include "head/head_metrics.h"
 #include "store/shm_object.h"
 #include "transport/io_loop.h"
 #include "troupe/error.h"
@@ -269,6 +270,7 @@ int run_start_head(const StartHeadOptions& o) {
     auto body = [&](int ready_fd) -> int {
       auto wait_stop = block_stop_signals();
       transport::IoLoop loop;
+      std::unique_ptr<head::HeadMetrics> metrics;  // outlives the head, which observes into it
       std::unique_ptr<head::Head> head;
       try {
         loop.run_sync(
@@ -283,18 +285,30 @@ int run_start_head(const StartHeadOptions& o) {
       // The bound address (port 0 asks for any free port).
       std::string bound = head->endpoint().substr(4);  // "tcp:IP:PORT"
       head->set_status_provider([h, bound] { return standing_head_status(*h, bound); });
+      std::string metrics_at;
+      if (o.metrics_port >= 0) {
+        try {
+          metrics = std::make_unique<head::HeadMetrics>(*head);
+          metrics_at = "http://" + metrics->serve(ip, o.metrics_port, token) + "/metrics";
+        } catch (const Error& e) {
+          std::fprintf(stderr, "troupe head: metrics: %s\n", e.what());
+          return 1;
+        }
+        std::fprintf(stderr, "troupe head metrics at %s\n", metrics_at.c_str());
+      }
       write_private_file(dir + "/head.pid", pid_record());
       write_private_file(dir + "/head.address", bound + "\n");
       std::fprintf(stderr, "troupe head listening on %s (pid %d)\n", bound.c_str(), ::getpid());
       std::fflush(stderr);
       if (ready_fd >= 0) {
-        std::string line = "ready " + bound + "\n";
+        std::string line = "ready " + bound + (metrics_at.empty() ? "" : " " + metrics_at) + "\n";
         ssize_t n = ::write(ready_fd, line.data(), line.size());
         (void)n;
         ::close(ready_fd);
       }
       wait_stop();
       std::fprintf(stderr, "troupe head stopping\n");
+      if (metrics) metrics->stop();
       head->close();
       loop.stop();
       head.reset();
@@ -303,10 +317,20 @@ int run_start_head(const StartHeadOptions& o) {
       if (token_path == dir + "/token") ::unlink(token_path.c_str());  // it made the token
       return 0;
     };
-    return launch(o.block, log, body, [&](pid_t pid, const std::string& bound) {
-      const std::string& address = bound;
+    return launch(o.block, log, body, [&](pid_t pid, const std::string& detail) {
+      // "IP:PORT[ METRICS-URL]"
+      const std::string address = detail.substr(0, detail.find(' '));
       std::printf("troupe head started at %s (pid %d, log %s)\n", address.c_str(), pid,
                   log.c_str());
+      if (size_t sp = detail.find(' '); sp != std::string::npos) {
+        // A browser opens the login URL once and gets a cookie (transport/http_server.h).
+        std::string url = detail.substr(sp + 1);
+        std::string base = url.substr(0, url.rfind('/'));
+        std::printf(
+            "metrics at %s (Prometheus: authorization Bearer with the cluster token)\n"
+            "in a browser, open once: %s/login?token=%s&next=/metrics\n",
+            url.c_str(), base.c_str(), token.c_str());
+      }
       std::printf("join a host with:\n  troupe start --address %s%s\n", address.c_str(),
                   token_path.empty() ? "   (with TROUPE_TOKEN set)"
                                      : (" --token-file " + token_path).c_str());
@@ -371,6 +395,7 @@ int run_start_agent(const StartAgentOptions& o) {
     c.heartbeat_timeout = std::chrono::milliseconds(o.host_lost_ms);
     c.exit_without_head = o.slurm;
     c.object_store_memory = o.object_store_memory;
+    c.metrics_port = o.metrics_port;
     // Fork servers of drivers' binaries (fork_server_choice.h) unless the environment turns
     // them off.
     c.fork_server = env::get_or(agent_env::kForkServer, "1") != "0";

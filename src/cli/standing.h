@@ -32,6 +32,9 @@ struct StartHeadOptions {
   int host_lost_ms = kDefaultHostLostMs;
   // The run directory's name under $TMPDIR/troupe-<uid>; empty: "standing".
   std::string run_dir_name;
+  // Prometheus metrics on http://ADDRESS:metrics_port/metrics (ADDRESS: the one the head
+  // listens on; 0: any free port, printed); negative: none.
+  int metrics_port = -1;
 };
 
 struct StartAgentOptions {
@@ -47,6 +50,7 @@ struct StartAgentOptions {
   int host_lost_ms = kDefaultHostLostMs;
   std::string run_dir_name;         // as for the head
   int64_t object_store_memory = 0;  // bytes of the object store; 0: 30 % of MemTotal
+  int metrics_port = -1;            // as for the head, on the agent's node address
   // An agent of `troupe slurm`, started by srun in a job step: what is not given comes from
   // Slurm (host name SLURMD_NODENAME; address the node's NodeAddr, else this host's; CPUs and
   // GPUs of the step, see slurm_env.h; run directory "standing-job<SLURM_JOB_ID>"). It exits,

@@ -62,10 +62,21 @@ ClusterImpl::~ClusterImpl() { shutdown(); }
 void ClusterImpl::start_backend() {
   try {
     backend_->start();
+    start_metrics();
   } catch (...) {
     shutdown();
     throw;
   }
+}
+
+void ClusterImpl::start_metrics() {
+  if (options_.metrics_port < 0) return;
+  metrics_ = std::make_shared<DriverMetrics>([this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    return workers_.size();
+  });
+  metrics_address_ = metrics_->serve(options_.metrics_address, options_.metrics_port, token_);
+  TROUPE_LOG(Info) << "driver metrics at http://" << metrics_address_ << "/metrics";
 }
 
 head::Head& ClusterImpl::head() {
@@ -188,6 +199,7 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     }
     worker->group = options.group;
     worker->rank = options.rank;
+    worker->metrics = metrics_;
     std::weak_ptr<WorkerState> weak = worker;
     worker->on_dead = [this, weak] {
       if (auto w = weak.lock()) forget(w);
@@ -363,6 +375,7 @@ void ClusterImpl::shutdown() {
     for (const auto& [name, w] : workers_) workers.push_back(w);
   }
   if (!backend_) return;  // the constructor threw before choosing one
+  if (metrics_) metrics_->stop();
   if (store_) store_->shutdown();
   // Calls fail with kShutdown from here on, whatever the workers' exits look like.
   for (auto& w : workers)
@@ -416,6 +429,7 @@ std::vector<HostMemory> Cluster::host_memory(std::chrono::milliseconds timeout) 
   return impl_->host_memory(timeout);
 }
 const std::string& Cluster::session_dir() const { return impl_->session_dir(); }
+std::string Cluster::metrics_address() const { return impl_->metrics_address(); }
 void Cluster::shutdown() { impl_->shutdown(); }
 
 }  // namespace troupe

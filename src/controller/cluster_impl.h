@@ -24,6 +24,7 @@
 
 #include "controller/agent_client.h"
 #include "controller/cluster_backend.h"
+#include "controller/driver_metrics.h"
 #include "controller/head_client.h"
 #include "controller/object_store.h"
 #include "controller/session_dir.h"
@@ -69,6 +70,9 @@ class ClusterImpl {
   static std::map<std::string, std::string> inheritable_environment();
   std::vector<HostInfo> hosts() const;
   const std::string& session_dir() const { return session_dir_; }
+  // The driver's metrics (ClusterOptions::metrics_port); null when off.
+  DriverMetrics* metrics() const { return metrics_.get(); }
+  const std::string& metrics_address() const { return metrics_address_; }
   const std::string& token() const { return token_; }
   transport::IoLoop& loop() { return *loop_; }
   // The embedded head. Throws Error(kInvalidArgument) on a standing cluster.
@@ -116,8 +120,10 @@ class ClusterImpl {
     bool same_network = true;             // its workers are reached over Unix sockets (else TCP)
   };
 
-  // Runs backend_->start(); shuts down and rethrows when it throws.
+  // Runs backend_->start(), then serves metrics when asked; shuts down and rethrows when either
+  // throws.
   void start_backend();
+  void start_metrics();
   void make_session_dir(bool with_hosts);
   // Opens and authenticates a control connection to the agent of `host` through connect_
   // (blocking); heartbeats when `monitor`.
@@ -159,6 +165,8 @@ class ClusterImpl {
   bool shut_down_ = false;
   std::mutex shutdown_mu_;
   std::unique_ptr<ClusterBackend> backend_;  // set once, by the constructor
+  std::shared_ptr<DriverMetrics> metrics_;   // set once, by the constructor; null: off
+  std::string metrics_address_;
 };
 
 }  // namespace troupe::internal

@@ -96,6 +96,8 @@ void WorkerGroupImpl::watch(size_t idx, const Worker& worker) {
 
 void WorkerGroupImpl::record(size_t idx, const std::string& incarnation,
                              RestartEvent::Action action, std::string detail) {
+  if (action == RestartEvent::Action::kRestarted)
+    if (auto* m = Access::impl(cluster_.runtime()).metrics()) m->on_restart(name_);
   std::lock_guard<std::mutex> lock(mu_);
   events_.push_back(RestartEvent{idx, incarnation, action, std::move(detail)});
 }

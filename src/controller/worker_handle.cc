@@ -80,7 +80,28 @@ Future<Value> WorkerState::call_encoded(const std::string& method,
   return submit({method, {}, std::move(kwargs), std::move(on_item), nullptr});
 }
 
+namespace {
+
+// Counts the completion of a call made at `made` (driver_metrics.h).
+void measure(const Future<Value>& f, MethodMetrics* m, std::chrono::steady_clock::time_point made) {
+  f.then([m, made](const Future<Value>& done) {
+    (done.error() ? m->failed : m->finished).inc();
+    m->latency.observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - made).count());
+  });
+}
+
+}  // namespace
+
+MethodMetrics* WorkerState::method_metrics_locked(const std::string& method) {
+  auto& m = method_metrics_[method];
+  if (!m) m = metrics->of(method, group);
+  return m;
+}
+
 Future<Value> WorkerState::submit(QueuedCall call) {
+  const auto made =
+      metrics ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   std::vector<Bytes> pins;  // store objects this call uses: held until it completes
   if (store && !call.encoded) {
     Map rewritten;
@@ -88,19 +109,31 @@ Future<Value> WorkerState::submit(QueuedCall call) {
       if (store->prepare(call.kwargs, rewritten, pins, store_target))
         call.kwargs = std::move(rewritten);
     } catch (const Error& e) {
-      return make_failed_future(Error(
+      Future<Value> failed = make_failed_future(Error(
           e.code(), "method '" + call.method + "' of worker '" + name_ + "': " + e.message()));
+      if (metrics) {
+        MethodMetrics* m = metrics->of(call.method, group);
+        m->started.inc();
+        measure(failed, m, made);
+      }
+      return failed;
     }
   }
-  Future<Value> f = submit_now(std::move(call));
+  MethodMetrics* measured = nullptr;
+  Future<Value> f = submit_now(std::move(call), metrics ? &measured : nullptr);
+  if (measured) measure(f, measured, made);
   if (!pins.empty()) f.then([pins = std::move(pins)](const Future<Value>&) {});
   return f;
 }
 
-Future<Value> WorkerState::submit_now(QueuedCall call) {
+Future<Value> WorkerState::submit_now(QueuedCall call, MethodMetrics** measured) {
   std::shared_ptr<WorkerClient> client;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (measured) {
+      *measured = method_metrics_locked(call.method);
+      (*measured)->started.inc();
+    }
     if (status_ == Status::kDead) return make_failed_future(*death_);
     if (status_ != Status::kReady) {
       call.state = std::make_shared<internal::FutureState>("method '" + call.method + "' of " +

@@ -16,6 +16,7 @@
 #include <asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include "common/future_state.h"
 #include "controller/access.h"
 #include "controller/agent_client.h"
+#include "controller/driver_metrics.h"
 #include "controller/object_store.h"
 #include "controller/worker_client.h"
 #include "troupe/cluster.h"
@@ -96,6 +98,8 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   size_t store_target = DriverStore::kLocal;
   std::string group;
   int rank = -1;
+  // Set once at creation: where its calls are counted (null: metrics off).
+  std::shared_ptr<DriverMetrics> metrics;
   // Set once at creation: called once, on whichever thread marks the worker dead, with no lock
   // of the state held (the cluster forgets the worker there).
   std::function<void()> on_dead;
@@ -109,13 +113,18 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
     std::shared_ptr<internal::FutureState> state;
   };
   Future<Value> submit(QueuedCall call);
-  Future<Value> submit_now(QueuedCall call);
+  // Sends, queues or fails `call`. With `measured` (metrics on): sets it to the call's
+  // MethodMetrics and counts the call started, under the lock it takes anyway.
+  Future<Value> submit_now(QueuedCall call, MethodMetrics** measured);
+  // The MethodMetrics of `method` for this worker (cached). mu_ held.
+  MethodMetrics* method_metrics_locked(const std::string& method);
   std::string describe_locked() const;
 
   const std::string name_, class_name_;
   const size_t host_;
   const std::string host_name_;
   mutable std::mutex mu_;
+  std::map<std::string, MethodMetrics*> method_metrics_;  // guarded by mu_
   enum class Status { kStarting, kReady, kDying, kDead } status_ = Status::kStarting;
   asio::io_context& io_;
   std::unique_ptr<asio::steady_timer> report_timer_;

@@ -53,6 +53,11 @@ void Head::close() {
   for (auto& a : agents) a->close(Error(ErrorCode::kShutdown, "head closed"));
 }
 
+void Head::set_heartbeat_round_trip(transport::RpcPeer::RoundTripObserver observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  heartbeat_round_trip_ = std::move(observer);
+}
+
 void Head::set_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(mu_);
   heartbeat_interval_ = interval;
@@ -108,6 +113,7 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       if (*index < 0 || *index >= static_cast<int>(hosts_.size())) return;
       hosts_[*index].alive = false;
       --registered_;
+      hosts_lost_.fetch_add(1, std::memory_order_relaxed);
       if (book_ && static_cast<size_t>(*index) < book_->hosts().size())
         book_->set_host_alive(*index, false);
       rec = hosts_[*index];
@@ -158,6 +164,7 @@ void Head::register_agent(const std::shared_ptr<int>& index, const Value& kwargs
   }
   std::shared_ptr<transport::RpcPeer> monitored;
   std::chrono::milliseconds interval{0}, timeout{0};
+  transport::RpcPeer::RoundTripObserver round_trip;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (*index >= 0) {
@@ -188,8 +195,11 @@ void Head::register_agent(const std::shared_ptr<int>& index, const Value& kwargs
       if (p.get() == peer) monitored = p;
     interval = heartbeat_interval_;
     timeout = heartbeat_timeout_;
+    round_trip = heartbeat_round_trip_;
+    registrations_.fetch_add(1, std::memory_order_relaxed);
   }
-  if (monitored && interval.count() > 0) monitored->start_heartbeat(interval, timeout);
+  if (monitored && interval.count() > 0)
+    monitored->start_heartbeat(interval, timeout, std::move(round_trip));
   TROUPE_LOG(Info) << "host " << rec.host_name << " registered as id " << *index << " ("
                    << rec.address << ", " << rec.num_cpus << " CPUs, " << rec.gpu_ids.size()
                    << " GPUs)";

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <asio/io_context.hpp>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -90,6 +91,12 @@ class Head {
   // Monitors every agent registered from now on with heartbeats (transport RPC-HB): an agent
   // that does not answer for `timeout` is lost. Zero: no heartbeats (connection close only).
   void set_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
+  // Gets the round trip of every heartbeat to an agent registered from now on (I/O thread).
+  void set_heartbeat_round_trip(transport::RpcPeer::RoundTripObserver observer);
+  // How many registrations the head accepted, and how many hosts it lost (connection closed or
+  // heartbeats stopped, departures at shutdown included), since it started. Thread-safe.
+  uint64_t registrations() const { return registrations_.load(std::memory_order_relaxed); }
+  uint64_t hosts_lost() const { return hosts_lost_.load(std::memory_order_relaxed); }
   // Called (on the I/O thread) when an agent's connection closes.
   void set_on_host_lost(std::function<void(const HostRecord&)> callback);
   // The agents were asked to exit (a cluster shutting down): their connections closing from now
@@ -127,6 +134,8 @@ class Head {
   // The reservations each driver connection made: released when it closes (the driver's lease).
   std::map<transport::RpcPeer*, std::set<std::string>> reservations_of_;
   std::chrono::milliseconds heartbeat_interval_{0}, heartbeat_timeout_{0};
+  transport::RpcPeer::RoundTripObserver heartbeat_round_trip_;
+  std::atomic<uint64_t> registrations_{0}, hosts_lost_{0};
   std::function<void(const HostRecord&)> on_host_lost_;
   std::function<Value()> status_provider_;
   std::deque<transport::Responder> status_queue_;

@@ -310,6 +310,12 @@ void Connection::close(const Error& reason) {
   asio::post(io_, [self = shared_from_this(), reason] { self->fail(reason); });
 }
 
+namespace {
+std::atomic<uint64_t> g_bytes_sent{0};
+}  // namespace
+
+uint64_t bytes_sent_total() { return g_bytes_sent.load(std::memory_order_relaxed); }
+
 size_t Connection::write_now(PendingWrite& w) {
   size_t total_written = 0;
   for (;;) {
@@ -343,6 +349,7 @@ size_t Connection::write_now(PendingWrite& w) {
     }
     w.offset += static_cast<size_t>(r);
     total_written += static_cast<size_t>(r);
+    g_bytes_sent.fetch_add(static_cast<uint64_t>(r), std::memory_order_relaxed);
   }
 }
 

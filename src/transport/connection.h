@@ -36,6 +36,10 @@ using Socket = asio::generic::stream_protocol::socket;
 // How long a frame may go without a byte arriving once it has started (CONN-2).
 constexpr std::chrono::milliseconds kDefaultFrameStallTimeout{30000};
 
+// Bytes written to the sockets of every Connection of this process so far (frames of all
+// kinds, authentication included). Thread-safe; one relaxed atomic add per write.
+uint64_t bytes_sent_total();
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   using FrameHandler = std::function<void(wire::Frame&&)>;

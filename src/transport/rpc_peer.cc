@@ -102,10 +102,12 @@ bool RpcPeer::send_event(std::string_view name, const Value& value) {
   return connection_->send(wire::FrameKind::kEvent, 0, std::move(body), std::move(attachments));
 }
 
-void RpcPeer::start_heartbeat(std::chrono::milliseconds interval,
-                              std::chrono::milliseconds timeout) {
-  asio::post(connection_->context(), [self = shared_from_this(), interval, timeout] {
+void RpcPeer::start_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout,
+                              RoundTripObserver on_round_trip) {
+  asio::post(connection_->context(), [self = shared_from_this(), interval, timeout,
+                                      on_round_trip = std::move(on_round_trip)]() mutable {
     if (self->closed() || self->heartbeat_timer_) return;
+    self->on_round_trip_ = std::move(on_round_trip);
     self->heartbeat_interval_ = interval;
     self->heartbeat_timeout_ = timeout;
     self->last_heard_ = std::chrono::steady_clock::now();
@@ -128,7 +130,9 @@ void RpcPeer::heartbeat_tick() {
                 "no heartbeat from " + peer() + " for " + std::to_string(silent.count()) + " ms"));
     return;
   }
-  send_event(kHeartbeat, Value());
+  if (send_event(kHeartbeat, Value()) &&
+      heartbeat_unanswered_since_ == std::chrono::steady_clock::time_point{})
+    heartbeat_unanswered_since_ = std::chrono::steady_clock::now();
   heartbeat_timer_->expires_after(heartbeat_interval_);
   heartbeat_timer_->async_wait([weak = weak_from_this()](const asio::error_code& ec) {
     if (ec) return;
@@ -198,7 +202,13 @@ void RpcPeer::on_frame(wire::Frame&& frame) {
         send_event(kHeartbeatAck, Value());
         return;
       }
-      if (event.name == kHeartbeatAck) return;
+      if (event.name == kHeartbeatAck) {
+        if (on_round_trip_ &&
+            heartbeat_unanswered_since_ != std::chrono::steady_clock::time_point{})
+          on_round_trip_(std::chrono::steady_clock::now() - heartbeat_unanswered_since_);
+        heartbeat_unanswered_since_ = {};
+        return;
+      }
       if (handlers_.on_event) handlers_.on_event(std::move(event));
       return;
     }

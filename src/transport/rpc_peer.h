@@ -77,8 +77,11 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
                              std::string context = {}, StreamHandler on_item = nullptr);
   bool send_event(std::string_view name, const Value& value);
   // Starts monitoring the other end (RPC-HB). Call once; thread-safe (the timer runs on the I/O
-  // thread). `timeout` should be several intervals.
-  void start_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout);
+  // thread). `timeout` should be several intervals. `on_round_trip`, when set, gets the time from
+  // a heartbeat to its ack (the oldest unanswered heartbeat's), on the I/O thread.
+  using RoundTripObserver = std::function<void(std::chrono::nanoseconds)>;
+  void start_heartbeat(std::chrono::milliseconds interval, std::chrono::milliseconds timeout,
+                       RoundTripObserver on_round_trip = nullptr);
   // When bytes last arrived from the other end (the connection's creation before any). I/O
   // thread only.
   std::chrono::steady_clock::time_point last_heard() const;
@@ -121,6 +124,9 @@ class RpcPeer : public std::enable_shared_from_this<RpcPeer> {
   std::unique_ptr<asio::steady_timer> heartbeat_timer_;
   std::chrono::milliseconds heartbeat_interval_{0}, heartbeat_timeout_{0};
   std::chrono::steady_clock::time_point last_heard_;  // when monitoring started
+  RoundTripObserver on_round_trip_;
+  // When the oldest heartbeat not yet acknowledged was sent (none: epoch).
+  std::chrono::steady_clock::time_point heartbeat_unanswered_since_{};
 };
 
 }  // namespace troupe::transport
