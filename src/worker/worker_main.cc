@@ -14,6 +14,7 @@
 #include "common/env.h"
 #include "common/launch_env.h"
 #include "common/log.h"
+#include "common/timeline.h"
 #include "common/token.h"
 #include "store/shm_object.h"
 #include "transport/listener.h"
@@ -80,10 +81,11 @@ class WorkerServer {
     }
     ResultStore results{store_threshold_, store_owner_};
     if (!class_->method_thread)
-      return run_method(object_, it->second, request.kwargs, where, responder, results);
-    loop_.post([object = object_, method = &it->second, kwargs = std::move(request.kwargs), where,
-                responder,
-                results] { run_method(object, *method, kwargs, where, responder, results); });
+      return run_method(object_, it->first, it->second, request.kwargs, where, responder, results);
+    loop_.post([object = object_, method = &*it, kwargs = std::move(request.kwargs), where,
+                responder, results] {
+      run_method(object, method->first, method->second, kwargs, where, responder, results);
+    });
   }
 
   // The error a call fails with when its method failed with `e`.
@@ -103,20 +105,42 @@ class WorkerServer {
     }
   };
 
-  // Runs one method call and replies; on the I/O thread or the method thread.
-  static void run_method(const std::shared_ptr<void>& object, const WorkerMethodInfo& method,
-                         const Map& kwargs, const std::string& where,
-                         const transport::Responder& responder, ResultStore results) {
+  // The call's span on this worker's timeline, from `start_ns` (0: recording was off) to now.
+  static void record_call(const std::string& name, int64_t start_ns, int64_t args_size) {
+    if (start_ns == 0) return;
+    auto e = timeline::make(timeline::Kind::kSpan, "call", name, start_ns,
+                            timeline::now_ns() - start_ns);
+    e.size = args_size;
+    timeline::record(e);
+  }
+
+  // Runs one method call, replies and records its span; on the I/O thread or the method thread.
+  static void run_method(const std::shared_ptr<void>& object, const std::string& name,
+                         const WorkerMethodInfo& method, const Map& kwargs,
+                         const std::string& where, const transport::Responder& responder,
+                         ResultStore results) {
+    const int64_t start_ns = timeline::enabled() ? timeline::now_ns() : 0;
+    const int64_t args_size = start_ns ? timeline::payload_bytes(kwargs) : 0;
+    struct Span {  // records when the call returned, however it returned
+      const std::string& name;
+      int64_t start_ns, args_size;
+      bool deferred = false;  // an asynchronous method records when it completes
+      ~Span() {
+        if (!deferred) record_call(name, start_ns, args_size);
+      }
+    } span{name, start_ns, args_size};
     try {
       if (method.start) {  // replies when done, from whichever thread finishes it
-        method.start(
-            object.get(), kwargs, where,
-            [where, responder, results](std::optional<Value> result, std::optional<Error> error) {
-              if (error)
-                responder.fail(failure(*error, where));
-              else
-                results.reply(responder, result ? std::move(*result) : Value());
-            });
+        span.deferred = true;
+        method.start(object.get(), kwargs, where,
+                     [where, responder, results, name, start_ns, args_size](
+                         std::optional<Value> result, std::optional<Error> error) {
+                       if (error)
+                         responder.fail(failure(*error, where));
+                       else
+                         results.reply(responder, result ? std::move(*result) : Value());
+                       record_call(name, start_ns, args_size);
+                     });
       } else if (method.streaming) {
         StreamWriter stream([&responder](Value item) { responder.stream_item(item); });
         results.reply(responder, method.invoke(object.get(), kwargs, where, &stream));
@@ -136,6 +160,17 @@ class WorkerServer {
  private:
   void handle_internal(const wire::Request& request, const transport::Responder& responder) {
     if (request.method == "__init__") return construct(request, responder);
+    if (request.method ==
+        "__clock__") {  // the driver aligns clocks (controller/cluster_timeline.cc)
+      responder.reply(Map{{"now_ns", timeline::now_ns()}});
+      return;
+    }
+    if (request.method == "__timeline__") {
+      Value v = timeline::to_value(timeline::snapshot());
+      v.as_map().emplace_back("now_ns", timeline::now_ns());
+      responder.reply(v);
+      return;
+    }
     if (request.method == "__ping__") {
       responder.reply(Map{{"name", name_}, {"pid", static_cast<int64_t>(::getpid())}});
       return;
@@ -155,6 +190,7 @@ class WorkerServer {
     for (const auto& [k, v] : request.kwargs) {
       if (k == "class") cls = &v;
       if (k == "args") args = &v;
+      if (k == "timeline" && v.is_bool()) timeline::set_enabled(v.as_bool());
       // The driver shares this host's object store: large results go through it.
       if (k == "store_threshold" && v.is_int() && v.as_int() > 0) {
         if (auto owner = env::get(worker_env::kStoreOwner)) {
@@ -209,6 +245,14 @@ class WorkerServer {
   // Runs the constructor; thread-safe (touches no member).
   static std::pair<std::shared_ptr<void>, std::optional<Error>> try_construct(
       const WorkerClassInfo* info, const Map& kwargs, const std::string& where) {
+    const int64_t start_ns = timeline::now_ns();
+    struct Span {
+      int64_t start_ns;
+      ~Span() {
+        timeline::record(timeline::make(timeline::Kind::kSpan, "phase", "constructor", start_ns,
+                                        timeline::now_ns() - start_ns));
+      }
+    } span{start_ns};
     try {
       return {info->construct(kwargs, where), std::nullopt};
     } catch (const Error& e) {
