@@ -24,51 +24,102 @@ namespace {
 constexpr int kClockProbes = 5;
 using Clock = std::chrono::steady_clock;
 
-// One request to each of `clients` (null: skipped) at once, answered or not by `deadline`.
-struct Replies {
-  struct Reply {
-    int64_t sent_ns = 0, received_ns = 0;
-    bool done = false;
-    std::optional<Value> value;
-    std::optional<Error> error;
+// Collects from every worker at once: each worker's kClockProbes clock probes, then its
+// events, one request after the other's reply (the next is sent from the reply's callback, on
+// the I/O thread), independently of the other workers. The driver waits until every chain ended
+// or the deadline; a chain that has not ended by then is abandoned (sends nothing more).
+class Collection : public std::enable_shared_from_this<Collection> {
+ public:
+  struct Worker {
+    std::shared_ptr<WorkerClient> client;
+    std::string name;
+    int probes = 0;
+    double offset_ns = 0, error_ns = -1;  // the best probe so far (-1: none)
+    std::optional<Value> events;          // the __timeline__ reply
+    std::string failure;                  // why the chain ended without events
+    bool ended = false;
   };
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<Reply> replies;
-  size_t left = 0;
-};
 
-std::shared_ptr<Replies> ask_all(const std::vector<std::shared_ptr<WorkerClient>>& clients,
-                                 const std::vector<std::string>& names, const std::string& method,
-                                 Clock::time_point deadline) {
-  auto r = std::make_shared<Replies>();
-  r->replies.resize(clients.size());
-  for (const auto& c : clients) r->left += c ? 1 : 0;
-  for (size_t i = 0; i < clients.size(); ++i) {
-    if (!clients[i]) continue;
-    {
-      std::lock_guard<std::mutex> lock(r->mu);
-      r->replies[i].sent_ns = timeline::now_ns();
+  explicit Collection(std::vector<Worker> workers) : workers_(std::move(workers)) {}
+
+  // Starts every chain and waits until all ended or `deadline`; the result stays valid after.
+  const std::vector<Worker>& run(Clock::time_point deadline) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!workers_[i].client) end_locked(i, "not connected");
     }
-    Future<Value> f = clients[i]->call(
-        method, Map{}, "timeline request " + method + " to worker '" + names[i] + "'", nullptr);
-    f.then([r, i](const Future<Value>& done) {
-      const int64_t now = timeline::now_ns();
-      std::lock_guard<std::mutex> lock(r->mu);
-      auto& reply = r->replies[i];
-      reply.received_ns = now;
-      reply.done = true;
-      if (auto e = done.error())
-        reply.error = *e;
-      else
-        reply.value = done.get();
-      if (--r->left == 0) r->cv.notify_all();
+    for (size_t i = 0; i < workers_.size(); ++i) next(i);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, deadline, [&] { return left_ == 0; });
+    abandoned_ = true;
+    for (size_t i = 0; i < workers_.size(); ++i)
+      if (!workers_[i].ended)
+        end_locked(i, workers_[i].probes < kClockProbes
+                          ? "no answer to the clock probes in time"
+                          : "no answer to the timeline request in time");
+    return workers_;
+  }
+
+ private:
+  // Sends worker i's next request, unless its chain ended or was abandoned.
+  void next(size_t i) {
+    std::shared_ptr<WorkerClient> client;
+    bool probe = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (abandoned_ || workers_[i].ended) return;
+      client = workers_[i].client;
+      probe = workers_[i].probes < kClockProbes;
+    }
+    const std::string method = probe ? "__clock__" : "__timeline__";
+    const int64_t sent = timeline::now_ns();
+    Future<Value> f = client->call(
+        method, Map{}, "timeline request " + method + " to worker '" + workers_[i].name + "'",
+        nullptr);
+    f.then([self = shared_from_this(), i, probe, sent](const Future<Value>& done) {
+      self->on_reply(i, probe, sent, timeline::now_ns(), done);
     });
   }
-  std::unique_lock<std::mutex> lock(r->mu);
-  r->cv.wait_until(lock, deadline, [&] { return r->left == 0; });
-  return r;
-}
+
+  void on_reply(size_t i, bool probe, int64_t sent, int64_t received, const Future<Value>& done) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Worker& w = workers_[i];
+      if (w.ended) return;
+      if (auto e = done.error()) return end_locked(i, e->message());
+      Value reply = done.get();
+      if (!probe) {
+        w.events = std::move(reply);
+        return end_locked(i, "");
+      }
+      const Value* now = nullptr;
+      if (reply.is_map())
+        for (const auto& [k, v] : reply.as_map())
+          if (k == "now_ns" && v.is_int()) now = &v;
+      if (!now) return end_locked(i, "malformed clock probe reply");
+      const double error = static_cast<double>(received - sent) / 2;
+      if (w.error_ns < 0 || error < w.error_ns) {
+        w.error_ns = error;
+        w.offset_ns = static_cast<double>(now->as_int()) -
+                      (static_cast<double>(sent) + static_cast<double>(received)) / 2;
+      }
+      ++w.probes;
+    }
+    next(i);
+  }
+
+  void end_locked(size_t i, const std::string& failure) {
+    workers_[i].ended = true;
+    workers_[i].failure = failure;
+    if (--left_ == 0) cv_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Worker> workers_;
+  size_t left_ = workers_.size();
+  bool abandoned_ = false;
+};
 
 std::string local_host_name() {
   char buf[256] = {};
@@ -101,8 +152,7 @@ TimelineSummary ClusterImpl::timeline(const std::string& path, std::chrono::mill
     for (const auto& [name, w] : workers_) live.push_back(w);
     dead.assign(dead_.begin(), dead_.end());
   }
-  std::vector<std::shared_ptr<WorkerClient>> clients;
-  std::vector<std::string> names;
+  std::vector<Collection::Worker> asked;
   for (const auto& w : live) {
     TraceTrack t;
     t.worker = w->name();
@@ -111,11 +161,8 @@ TimelineSummary ClusterImpl::timeline(const std::string& path, std::chrono::mill
     t.host = static_cast<int>(w->host());
     t.pid = w->pid();
     t.label = worker_label(t.worker, t.group, t.rank, t.pid, w->host_name());
-    t.error_ns = -1;  // no probe answered yet
     input.tracks.push_back(std::move(t));
-    clients.push_back(w->client());
-    names.push_back(w->name());
-    if (!clients.back()) input.missing.push_back(w->name() + ": not connected");
+    asked.push_back(Collection::Worker{.client = w->client(), .name = w->name()});
   }
   // Dead workers keep a track for the driver's events about them (their own died with them).
   std::vector<HostInfo> host_list = hosts();
@@ -137,56 +184,24 @@ TimelineSummary ClusterImpl::timeline(const std::string& path, std::chrono::mill
     input.tracks.push_back(std::move(t));
   }
 
-  auto give_up = [&](size_t i, const std::string& why) {
-    input.missing.push_back(names[i] + ": " + why);
-    clients[i] = nullptr;
-  };
-  auto failed = [&](size_t i, const Replies::Reply& reply, const char* what) {
-    if (!reply.done) return give_up(i, std::string("no answer to ") + what + " in time"), true;
-    if (reply.error) return give_up(i, reply.error->message()), true;
-    return false;
-  };
-  for (int probe = 0; probe < kClockProbes; ++probe) {
-    auto r = ask_all(clients, names, "__clock__", deadline);
-    std::lock_guard<std::mutex> lock(r->mu);
-    for (size_t i = 0; i < clients.size(); ++i) {
-      if (!clients[i]) continue;
-      const auto& reply = r->replies[i];
-      if (failed(i, reply, "the clock probe")) continue;
-      const Value* now = nullptr;
-      for (const auto& [k, v] : reply.value->as_map())
-        if (k == "now_ns" && v.is_int()) now = &v;
-      if (!now) {
-        give_up(i, "malformed clock probe reply");
-        continue;
-      }
-      TraceTrack& t = input.tracks[i + 1];
-      double error = static_cast<double>(reply.received_ns - reply.sent_ns) / 2;
-      if (t.error_ns < 0 || error < t.error_ns) {
-        t.error_ns = error;
-        t.offset_ns =
-            static_cast<double>(now->as_int()) -
-            (static_cast<double>(reply.sent_ns) + static_cast<double>(reply.received_ns)) / 2;
-      }
+  auto collection = std::make_shared<Collection>(std::move(asked));
+  const auto& collected = collection->run(deadline);
+  for (size_t i = 0; i < collected.size(); ++i) {
+    const Collection::Worker& w = collected[i];
+    TraceTrack& t = input.tracks[i + 1];
+    if (!w.events) {
+      input.missing.push_back(w.name + ": " + w.failure);
+      continue;
+    }
+    try {
+      t.snapshot = timeline::from_value(*w.events);
+      t.collected = true;
+      t.offset_ns = w.offset_ns;
+      t.error_ns = w.error_ns;
+    } catch (const Error& e) {
+      input.missing.push_back(w.name + ": " + e.message());
     }
   }
-  auto r = ask_all(clients, names, "__timeline__", deadline);
-  {
-    std::lock_guard<std::mutex> lock(r->mu);
-    for (size_t i = 0; i < clients.size(); ++i) {
-      if (!clients[i]) continue;
-      const auto& reply = r->replies[i];
-      if (failed(i, reply, "the timeline request")) continue;
-      try {
-        input.tracks[i + 1].snapshot = timeline::from_value(*reply.value);
-        input.tracks[i + 1].collected = true;
-      } catch (const Error& e) {
-        give_up(i, e.message());
-      }
-    }
-  }
-  for (auto& t : input.tracks)
-    if (t.error_ns < 0) t.error_ns = 0;
   // Last: a call's completion callbacks (a dispatch's span) run on the I/O thread after its
   // waiters wake, and before the I/O thread read the replies above. The recorder is the
   // process's: a driver whose cluster records nothing shows none of it.
