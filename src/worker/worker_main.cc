@@ -114,45 +114,57 @@ class WorkerServer {
     timeline::record(e);
   }
 
-  // Runs one method call, replies and records its span; on the I/O thread or the method thread.
+  // Runs one method call, records its span and replies; on the I/O thread or the method thread.
+  // The span ends when the method returned (or threw), before the reply leaves, so that on the
+  // driver's aligned clock it lies inside the dispatch that waited for the reply.
   static void run_method(const std::shared_ptr<void>& object, const std::string& name,
                          const WorkerMethodInfo& method, const Map& kwargs,
                          const std::string& where, const transport::Responder& responder,
                          ResultStore results) {
     const int64_t start_ns = timeline::enabled() ? timeline::now_ns() : 0;
     const int64_t args_size = start_ns ? timeline::payload_bytes(kwargs) : 0;
-    struct Span {  // records when the call returned, however it returned
+    struct Span {  // records once: at end(), or when the call threw
       const std::string& name;
       int64_t start_ns, args_size;
-      bool deferred = false;  // an asynchronous method records when it completes
-      ~Span() {
-        if (!deferred) record_call(name, start_ns, args_size);
+      bool ended = false;
+      void end() {
+        if (ended) return;
+        ended = true;
+        record_call(name, start_ns, args_size);
       }
+      ~Span() { end(); }
     } span{name, start_ns, args_size};
     try {
-      if (method.start) {  // replies when done, from whichever thread finishes it
-        span.deferred = true;
+      if (method.start) {   // replies when done, from whichever thread finishes it
+        span.ended = true;  // an asynchronous method records when it completes
         method.start(object.get(), kwargs, where,
                      [where, responder, results, name, start_ns, args_size](
                          std::optional<Value> result, std::optional<Error> error) {
+                       record_call(name, start_ns, args_size);
                        if (error)
                          responder.fail(failure(*error, where));
                        else
                          results.reply(responder, result ? std::move(*result) : Value());
-                       record_call(name, start_ns, args_size);
                      });
       } else if (method.streaming) {
         StreamWriter stream([&responder](Value item) { responder.stream_item(item); });
-        results.reply(responder, method.invoke(object.get(), kwargs, where, &stream));
+        Value result = method.invoke(object.get(), kwargs, where, &stream);
+        span.end();
+        results.reply(responder, std::move(result));
       } else {
-        results.reply(responder, method.invoke(object.get(), kwargs, where, nullptr));
+        Value result = method.invoke(object.get(), kwargs, where, nullptr);
+        span.end();
+        results.reply(responder, std::move(result));
       }
     } catch (const Error& e) {
+      span.end();
       responder.fail(failure(e, where));
     } catch (const std::exception& e) {
+      span.end();
       responder.fail(Error(ErrorCode::kMethodFailed,
                            where + " threw " + current_exception_type() + ": " + e.what()));
     } catch (...) {
+      span.end();
       responder.fail(Error(ErrorCode::kMethodFailed, where + " threw " + current_exception_type()));
     }
   }
