@@ -48,7 +48,7 @@ std::atomic<bool>& enabled_flag() {
 template <size_t N>
 void copy_field(char (&field)[N], std::string_view s) {
   size_t n = std::min(s.size(), N - 1);
-  std::memcpy(field, s.data(), n);
+  if (n > 0) std::memcpy(field, s.data(), n);  // an empty view may have a null data()
   field[n] = '\0';
 }
 

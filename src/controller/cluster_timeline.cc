@@ -162,7 +162,10 @@ TimelineSummary ClusterImpl::timeline(const std::string& path, std::chrono::mill
     t.pid = w->pid();
     t.label = worker_label(t.worker, t.group, t.rank, t.pid, w->host_name());
     input.tracks.push_back(std::move(t));
-    asked.push_back(Collection::Worker{.client = w->client(), .name = w->name()});
+    Collection::Worker asking;
+    asking.client = w->client();
+    asking.name = w->name();
+    asked.push_back(std::move(asking));
   }
   // Dead workers keep a track for the driver's events about them (their own died with them).
   std::vector<HostInfo> host_list = hosts();

@@ -64,7 +64,7 @@ TEST(ChromeTrace, AlignsWorkerClocksAndPlacesEvents) {
   EXPECT_EQ((*d)["pid"], 1);
   EXPECT_EQ((*d)["args"]["workers"], 2);
   for (const auto& e : trace["traceEvents"]) {
-    if (e["cat"] != "call") continue;
+    if (e.value("cat", "") != "call") continue;  // metadata events have no cat
     // Worker time 1,002,000 ns - offset 1,000,000 ns = driver time 2000 ns: 1 us after the
     // dispatch started.
     EXPECT_DOUBLE_EQ(e["ts"].get<double>(), 1.0);
