@@ -164,6 +164,20 @@ def main():
                  f"{p8 / pool8:.1f}× Pool; {p8 / RAY_CALLS:.1f}× Ray" if p8 and pool8 else "—",
                  "— (150,000/s is for 1 worker)", "—"))
 
+    # 5b. The timeline's recording overhead (issue 21): the same calls with recording on and off,
+    # two 1-host clusters side by side in the same run.
+    for what, on_name, off_name in (
+            ("1 worker, `w.call`", "BM_TimelineOnCalls", "BM_TimelineOffCalls"),
+            ("group of 2, `run_all_workers_single_data`", "BM_TimelineOnGroup",
+             "BM_TimelineOffGroup")):
+        on = tp.get(on_name, (0, 0))[1]
+        off = tp.get(off_name, (0, 0))[1]
+        rows.append((f"timeline recording overhead, pipelined no-op calls/s, {what}", rate(on),
+                     f"recording off {rate(off)}",
+                     f"{on / off:.3f} of off ({off / on:.3f}× slower)" if on and off else "—",
+                     "≤ 1.05× slower (≥ 0.952 of off)",
+                     yes(off / on <= 1.05 if on and off else None)))
+
     # 6. Placement groups. Like with like: Ray's published rate is a driver creating groups
     # through Ray's GCS server over gRPC, so the row set against it is troupe's driver through a
     # standing head over TCP. The embedded head (a function call, no network) has its own row,

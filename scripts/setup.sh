@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential g++ cmake
-  libasio-dev libssl-dev libcli11-dev
+  libasio-dev libssl-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   pkg-config procps iproute2 nftables clang-format
   elfutils

@@ -105,6 +105,13 @@ struct ClusterOptions {
   int metrics_port = -1;
   std::string metrics_address = "127.0.0.1";
 
+  // Timeline recording (Cluster::timeline): the driver records this cluster's group dispatches,
+  // per-worker sends, worker start phases, deaths, restarts and host losses, and its workers
+  // record their calls, each process in a bounded ring buffer (16384 events by default;
+  // TROUPE_TIMELINE_EVENTS). Off when false or when the driver's environment has
+  // TROUPE_TIMELINE=0 as the Cluster is constructed.
+  bool timeline = true;
+
   // `num_hosts` simulated hosts with the given declared resources each.
   static ClusterOptions local(size_t num_hosts, int gpus_per_host = 0, double cpus_per_host = 0);
   // A standing cluster's head at `address` ("HOST:PORT").
@@ -137,6 +144,20 @@ struct ObjectStoreUsage {
   int64_t bytes = 0;     // their bytes
   int64_t capacity = 0;  // the agent's limit
   int64_t files = 0;     // files named for this agent in /dev/shm (results not yet taken too)
+};
+
+// What Cluster::timeline wrote.
+struct TimelineSummary {
+  bool recording = true;  // false: recording was off (ClusterOptions::timeline, TROUPE_TIMELINE)
+  size_t tracks = 0;      // processes in the trace: the driver and each worker
+  size_t events = 0;      // span and instant events written
+  // Live workers whose events are not in the trace, each "name: reason" (no answer by the
+  // deadline, connection lost, ...).
+  std::vector<std::string> missing;
+  // The largest clock-alignment error bound over the collected workers, in microseconds: each
+  // worker's events are placed on the driver's clock to within this (half the shortest round
+  // trip of the clock probes).
+  double clock_error_us = 0;
 };
 
 struct WorkerOptions {
@@ -257,6 +278,20 @@ class Cluster {
   // The object store usage of `host`'s agent. Blocks at most `timeout`; throws its Error.
   ObjectStoreUsage object_store_usage(
       size_t host, std::chrono::milliseconds timeout = std::chrono::seconds(5)) const;
+
+  // Writes a Chrome trace-event JSON file at `path` (open it in https://ui.perfetto.dev or
+  // chrome://tracing): one track per worker ("group/rank name (pid N) @host") and one for the
+  // driver, with each worker's call spans (method, group, rank, argument bytes), the driver's
+  // group dispatches (until the last reply) and per-worker sends, start phases (spawn, connect:
+  // seen by the driver; constructor: by the worker), and deaths, restarts and host losses as
+  // instants. Every time is on the driver's clock: each worker's clock offset is estimated from
+  // round trips on its connection, and the bound is in the file ("otherData") and the summary.
+  // Asks every live worker for its events and waits at most `timeout` for all of them; a worker
+  // that does not answer in time is listed as missing, not waited for. Events of workers that
+  // already died are gone with them (the driver's events about them stay). Blocks; thread-safe.
+  // Throws Error(kInvalidArgument) when `path` cannot be written, naming it.
+  TimelineSummary timeline(const std::string& path,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
   // Stops every worker (SIGTERM, then SIGKILL after a grace period), then every agent; waits
   // for all of them. On a standing cluster the agents and head keep running: only this

@@ -314,6 +314,21 @@ void bind_driver(pyb::module_& m) {
            })
       .def("session_dir", &Cluster::session_dir)
       .def("metrics_address", &Cluster::metrics_address)
+      .def("timeline",
+           [](Cluster& c, const std::string& path, double timeout_s) {
+             TimelineSummary s;
+             {
+               pyb::gil_scoped_release release;
+               s = c.timeline(path, ms(timeout_s));
+             }
+             pyb::dict d;
+             d["recording"] = s.recording;
+             d["tracks"] = s.tracks;
+             d["events"] = s.events;
+             d["missing"] = s.missing;
+             d["clock_error_us"] = s.clock_error_us;
+             return d;
+           })
       .def("shutdown", &Cluster::shutdown, nogil());
 
   pyb::class_<NamedSharding>(m, "NamedSharding")

@@ -193,6 +193,16 @@ class Cluster:
         """"ADDRESS:PORT" of this driver's metrics endpoint (metrics_port); None without one."""
         return self._c.metrics_address() or None
 
+    def timeline(self, path, timeout=5.0):
+        """Writes a Chrome trace-event JSON file at `path` (open it in https://ui.perfetto.dev or
+        chrome://tracing): one track per worker and one for the driver, each worker's call spans
+        (method, group, rank, argument bytes), the driver's group dispatches and sends, start
+        phases, deaths, restarts and host losses, all on the driver's clock. Waits at most
+        `timeout` seconds for the workers; those that do not answer are listed in "missing".
+        Returns {"recording", "tracks", "events", "missing", "clock_error_us"}; clock_error_us
+        bounds the clock alignment of the workers' events."""
+        return self._c.timeline(str(path), float(timeout))
+
     def shutdown(self):
         """Stops every worker, then every agent; idempotent."""
         self._c.shutdown()

@@ -76,6 +76,10 @@ constexpr const char* kTokenFile = "TROUPE_TOKEN_FILE";
 constexpr const char* kAddress = "TROUPE_ADDRESS";
 constexpr const char* kLogLevel = "TROUPE_LOG_LEVEL";  // debug, info, warning, error
 constexpr const char* kStoreDir = "TROUPE_STORE_DIR";  // the object store's directory
+// The timeline recorder (common/timeline.h): "0", "off" or "false" turns recording off; the
+// ring buffer's capacity in events. Read by the driver; workers follow their driver's cluster.
+constexpr const char* kTimeline = "TROUPE_TIMELINE";
+constexpr const char* kTimelineEvents = "TROUPE_TIMELINE_EVENTS";
 // Every variable whose name starts with this is troupe's own: a process troupe starts gets
 // only the ones meant for it.
 constexpr const char* kPrefix = "TROUPE_";

@@ -13,6 +13,7 @@
 #include "common/launch_env.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "common/timeline.h"
 #include "controller/cluster_impl.h"
 #include "controller/init.h"
 #include "troupe/worker_class.h"
@@ -30,7 +31,9 @@ constexpr size_t kDeadKept = 32;
 
 }  // namespace
 
-ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) {
+ClusterImpl::ClusterImpl(ClusterOptions options)
+    : options_(std::move(options)),
+      record_timeline_(options_.timeline && !timeline::off_in_environment()) {
   if (env::get(worker_env::kRole))
     throw Error(ErrorCode::kInternal,
                 "this process was started by troupe as a " + *env::get(worker_env::kRole) +
@@ -49,7 +52,8 @@ ClusterImpl::ClusterImpl(ClusterOptions options) : options_(std::move(options)) 
 
 ClusterImpl::ClusterImpl(ClusterOptions options, std::unique_ptr<HeadClient> head,
                          AgentConnector connect, WorkerConnector connect_worker)
-    : options_(std::move(options)) {
+    : options_(std::move(options)),
+      record_timeline_(options_.timeline && !timeline::off_in_environment()) {
   loop_ = std::make_unique<transport::IoLoop>();
   connect_ = std::move(connect);
   connect_worker_ = connect_worker ? std::move(connect_worker) : make_worker_connector(*loop_);
@@ -143,6 +147,12 @@ void ClusterImpl::on_agent_lost(size_t host, const AgentClient* client, const Er
   for (const auto& w : lost)
     if (local && w->pid() > 0 && w->start_time() > 0)
       process::signal_group_if_ours(w->pid(), w->start_time(), SIGKILL);
+  if (record_timeline_) {
+    auto e = timeline::make(timeline::Kind::kInstant, "host", "host lost", timeline::now_ns(), 0,
+                            host_name + " (" + address + "): " + reason.message());
+    e.host = static_cast<int32_t>(host);
+    timeline::record(e);
+  }
   backend_->mark_lost(lost, host_name, address, reason);
 }
 
@@ -200,6 +210,7 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     worker->group = options.group;
     worker->rank = options.rank;
     worker->metrics = metrics_;
+    worker->record_timeline = record_timeline_;
     std::weak_ptr<WorkerState> weak = worker;
     worker->on_dead = [this, weak] {
       if (auto w = weak.lock()) forget(w);
@@ -267,9 +278,10 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
   std::string log_path = session_dir_ + "/logs/" + options.name + ".log";
   Kwargs ctor_args = options.args;
   std::string token = token_;
+  const int64_t spawn_start = timeline::now_ns();  // start phases on the worker's track
   agent->start_worker(request, "start of worker '" + options.name + "'")
-      .then([worker, ctor_args, token, log_path, same_network, connect = connect_worker_](
-                const Error* e, control::StartWorkerReply started) {
+      .then([worker, ctor_args, token, log_path, same_network, connect = connect_worker_,
+             spawn_start](const Error* e, control::StartWorkerReply started) {
         if (e) {
           worker->mark_dead(
               Error(e->code(), "cannot start " + worker->describe() + ": " + e->message()));
@@ -278,6 +290,8 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
         worker->on_started(static_cast<pid_t>(started.pid),
                            static_cast<uint64_t>(started.start_time), started.gpus,
                            started.log_path.empty() ? log_path : started.log_path);
+        worker->record_span("phase", "spawn", spawn_start);
+        const int64_t connect_start = timeline::now_ns();
         // Unix sockets on this host; TCP to workers on other hosts.
         std::string endpoint = same_network ? started.unix_endpoint : started.tcp_endpoint;
         if (endpoint.empty()) {
@@ -285,11 +299,13 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
           return;
         }
         connect(endpoint, token, kConnectTimeout,
-                [worker, ctor_args](std::shared_ptr<WorkerClient> client, const Error* error) {
+                [worker, ctor_args, connect_start](std::shared_ptr<WorkerClient> client,
+                                                   const Error* error) {
                   if (error) {
                     worker->mark_dead(worker->death_error("cannot connect: " + error->message()));
                     return;
                   }
+                  worker->record_span("phase", "connect", connect_start);
                   worker->on_connected(std::move(client), ctor_args);
                 });
       });

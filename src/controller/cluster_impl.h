@@ -105,6 +105,10 @@ class ClusterImpl {
   void forget_group(const std::string& name);
   // What `troupe status` shows.
   Value status() const;
+  // Cluster::timeline (cluster_timeline.cc).
+  TimelineSummary timeline(const std::string& path, std::chrono::milliseconds timeout);
+  // Whether this cluster records timeline events (ClusterOptions::timeline and TROUPE_TIMELINE).
+  bool record_timeline() const { return record_timeline_; }
   // Stops workers through their agents, all at once, and waits until they are gone; returns
   // how each ended.
   static std::vector<std::string> stop_workers(
@@ -140,6 +144,7 @@ class ClusterImpl {
   void make_store();
 
   ClusterOptions options_;
+  bool record_timeline_ = false;  // set once by the constructor
   SessionPaths session_;
   std::string session_dir_;
   std::string token_;

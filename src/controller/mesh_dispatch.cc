@@ -1,8 +1,10 @@
 #include "controller/mesh_dispatch.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 
+#include "common/timeline.h"
 #include "controller/dispatch_plan.h"
 #include "controller/worker_group_impl.h"
 #include "controller/worker_state.h"
@@ -29,6 +31,34 @@ std::shared_ptr<const wire::EncodedKwargs> encode_for(const WorkerState& w, cons
 void pin_until_done(const std::vector<Future<Value>>& futures, const std::vector<Bytes>& pins) {
   if (pins.empty()) return;
   for (const auto& f : futures) f.then([pins](const Future<Value>&) {});
+}
+
+// When a dispatch to the workers of `mesh` starts: timeline::now_ns(), or 0 when the cluster
+// records no timeline.
+int64_t dispatch_start(const MeshDispatch& mesh) {
+  if (mesh.members().empty() || !Access::state(mesh.worker(0))->record_timeline) return 0;
+  return timeline::now_ns();
+}
+
+// The dispatch's span on the driver's timeline: from `start_ns` (0: not recorded) until the
+// last of `futures` completed, however it completed.
+void record_dispatch(const std::string& group, const std::string& method, int64_t start_ns,
+                     const std::vector<Future<Value>>& futures) {
+  if (!start_ns || futures.empty()) return;
+  struct Pending {
+    std::atomic<size_t> left;
+    timeline::Event event;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left = futures.size();
+  pending->event = timeline::make(timeline::Kind::kSpan, "dispatch", method, start_ns, 0, group);
+  pending->event.count = static_cast<int32_t>(futures.size());
+  for (const auto& f : futures)
+    f.then([pending](const Future<Value>&) {
+      if (pending->left.fetch_sub(1) != 1) return;
+      pending->event.dur_ns = timeline::now_ns() - pending->event.start_ns;
+      timeline::record(pending->event);
+    });
 }
 
 }  // namespace
@@ -90,6 +120,7 @@ Future<Value> MeshDispatch::single(const std::string& method, size_t idx,
 MultiWorkerFuture MeshDispatch::multiple(const std::string& method, const Kwargs& data,
                                          const std::vector<std::string>& rank_0_axes,
                                          const Kwargs& common) const {
+  const int64_t start_ns = dispatch_start(*this);
   if (data.empty())
     throw Error(ErrorCode::kInvalidArgument,
                 "run_all_workers_multiple_data(" + method + "): no data arguments");
@@ -114,11 +145,13 @@ MultiWorkerFuture MeshDispatch::multiple(const std::string& method, const Kwargs
   std::vector<Future<Value>> futures;
   for (size_t i = 0; i < called.size(); ++i)
     futures.push_back(worker(called[i]).call_value(method, per_worker[i]));
+  record_dispatch(group_->name_, method, start_ns, futures);
   return described(MultiWorkerFuture(std::move(futures), called, called), method);
 }
 
 MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwargs& kwargs,
                                            const std::vector<std::string>& rank_0_axes) const {
+  const int64_t start_ns = dispatch_start(*this);
   std::vector<size_t> called = plan_rank_0_only(sharding_, rank_0_axes);
   std::vector<Bytes> pins;
   std::map<size_t, std::shared_ptr<const wire::EncodedKwargs>> by_target;  // encoded once each
@@ -131,6 +164,7 @@ MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwar
     futures.push_back(state->call_encoded(method, encoded));
   }
   pin_until_done(futures, pins);
+  record_dispatch(group_->name_, method, start_ns, futures);
   return described(MultiWorkerFuture(std::move(futures), called, called), method);
 }
 
@@ -144,6 +178,7 @@ std::vector<ValueStream> MeshDispatch::streams(const std::string& method, const 
 
 MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs& data,
                                         const ShardedCallOptions& options) const {
+  const int64_t start_ns = dispatch_start(*this);
   ShardedPlan plan = plan_sharded(sharding_, options);
   std::vector<Bytes> pins;
   // Encode every distinct slice once per store target (workers that differ only on replicated
@@ -182,6 +217,7 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
   for (size_t i = 0; i < plan.called.size(); ++i)
     futures.push_back(Access::state(worker(plan.called[i]))->call_encoded(method, args[i]));
   pin_until_done(futures, pins);
+  record_dispatch(group_->name_, method, start_ns, futures);
   return described(
       MultiWorkerFuture(std::move(futures), std::move(plan.called), std::move(plan.return_from)),
       method);

@@ -49,6 +49,8 @@ Worker WorkerGroupImpl::recreate_locked(size_t idx, const RecreateOptions& optio
     throw Error(ErrorCode::kTimeout, "recreated worker '" + o.name + "' was not ready in time");
   }
   ready.get();
+  Access::state(fresh)->record_instant(
+      "restart", "restart", "replaces " + old.name() + " (pid " + std::to_string(old.pid()) + ")");
   {
     std::lock_guard<std::mutex> lock(mu_);
     workers_[idx] = fresh;

@@ -1,3 +1,4 @@
+#include "common/timeline.h"
 #include "controller/cluster_impl.h"
 #include "controller/worker_state.h"
 #include "store/shm_object.h"
@@ -61,6 +62,24 @@ std::string WorkerState::describe_locked() const {
 std::string WorkerState::describe() const {
   std::lock_guard<std::mutex> lock(mu_);
   return describe_locked();
+}
+
+void WorkerState::record_span(std::string_view cat, std::string_view name, int64_t start_ns) const {
+  if (!record_timeline) return;
+  auto e = timeline::make(timeline::Kind::kSpan, cat, name, start_ns, timeline::now_ns() - start_ns,
+                          name_);
+  e.pid = static_cast<int32_t>(pid());
+  e.host = static_cast<int32_t>(host_);
+  timeline::record(e);
+}
+
+void WorkerState::record_instant(std::string_view cat, std::string_view name,
+                                 std::string_view detail) const {
+  if (!record_timeline) return;
+  auto e = timeline::make(timeline::Kind::kInstant, cat, name, timeline::now_ns(), 0, detail);
+  e.pid = static_cast<int32_t>(pid());
+  e.host = static_cast<int32_t>(host_);
+  timeline::record(e);
 }
 
 Error WorkerState::death_error(const std::string& cause) const {
@@ -128,6 +147,8 @@ Future<Value> WorkerState::submit(QueuedCall call) {
 
 Future<Value> WorkerState::submit_now(QueuedCall call, MethodMetrics** measured) {
   std::shared_ptr<WorkerClient> client;
+  const int64_t send_start = record_timeline ? timeline::now_ns() : 0;
+  pid_t pid = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (measured) {
@@ -146,12 +167,22 @@ Future<Value> WorkerState::submit_now(QueuedCall call, MethodMetrics** measured)
       return future;
     }
     client = client_;
+    pid = pid_;
   }
   std::string context = "method '" + call.method + "' of worker '" + name_ + "'";
-  if (call.encoded)
-    return client->call_encoded(call.method, *call.encoded, std::move(context),
-                                std::move(call.on_item));
-  return client->call(call.method, call.kwargs, std::move(context), std::move(call.on_item));
+  Future<Value> sent =
+      call.encoded
+          ? client->call_encoded(call.method, *call.encoded, std::move(context),
+                                 std::move(call.on_item))
+          : client->call(call.method, call.kwargs, std::move(context), std::move(call.on_item));
+  if (send_start) {  // the send's span on the driver (pid and host name the worker's track)
+    auto e = timeline::make(timeline::Kind::kSpan, "send", call.method, send_start,
+                            timeline::now_ns() - send_start, name_);
+    e.pid = static_cast<int32_t>(pid);
+    e.host = static_cast<int32_t>(host_);
+    timeline::record(e);
+  }
+  return sent;
 }
 
 void WorkerState::on_started(pid_t pid, uint64_t start_time, std::vector<int> gpus,
@@ -189,7 +220,8 @@ void WorkerState::on_connected(std::shared_ptr<WorkerClient> client, const Kwarg
       dead = *death_;
     } else {
       client_ = client;
-      Map init_args{{"class", class_name_}, {"args", Value(ctor_args)}};
+      Map init_args{
+          {"class", class_name_}, {"args", Value(ctor_args)}, {"timeline", record_timeline}};
       if (store && store_target == DriverStore::kLocal && store->threshold() > 0) {
         // Large results come back through the store of this host.
         client->set_response_filter([](Value& v) { store::resolve_markers(v, /*remove=*/true); });
@@ -255,6 +287,7 @@ void WorkerState::mark_dead(const Error& error) {
     client.swap(client_);
     if (report_timer_) report_timer_->cancel();
   }
+  record_instant("death", "death", error.message());
   ready_->set_error(error);
   died_->set_value(error.message());
   for (auto& q : queued) q.state->set_error(error);

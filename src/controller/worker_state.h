@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/future_state.h"
@@ -100,6 +101,14 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   int rank = -1;
   // Set once at creation: where its calls are counted (null: metrics off).
   std::shared_ptr<DriverMetrics> metrics;
+  // Set once at creation: whether the driver records this worker's events on the timeline
+  // (ClusterOptions::timeline; common/timeline.h), and asks the worker to record its calls.
+  bool record_timeline = false;
+  // A driver-side event about this worker, on its timeline track (the event carries its pid and
+  // host): a span from `start_ns` (timeline::now_ns) to now, or an instant. Nothing when
+  // `record_timeline` is off. Thread-safe.
+  void record_span(std::string_view cat, std::string_view name, int64_t start_ns) const;
+  void record_instant(std::string_view cat, std::string_view name, std::string_view detail) const;
   // Set once at creation: called once, on whichever thread marks the worker dead, with no lock
   // of the state held (the cluster forgets the worker there).
   std::function<void()> on_dead;

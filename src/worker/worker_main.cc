@@ -16,6 +16,7 @@
 #include "common/env.h"
 #include "common/launch_env.h"
 #include "common/log.h"
+#include "common/timeline.h"
 #include "common/token.h"
 #include "store/shm_object.h"
 #include "transport/listener.h"
@@ -106,35 +107,68 @@ class WorkerServer {
     }
   };
 
-  // Runs one method call and replies; on the I/O thread or the method thread. The call is on
-  // the call-status page while it runs (CS-1: calls of one worker never overlap).
+  // The call's span on this worker's timeline, from `start_ns` (0: recording was off) to now.
+  static void record_call(const std::string& name, int64_t start_ns, int64_t args_size) {
+    if (start_ns == 0) return;
+    auto e = timeline::make(timeline::Kind::kSpan, "call", name, start_ns,
+                            timeline::now_ns() - start_ns);
+    e.size = args_size;
+    timeline::record(e);
+  }
+
+  // Runs one method call, records its span and replies; on the I/O thread or the method thread.
+  // The call is on the call-status page while it runs (CS-1: calls of one worker never overlap).
+  // The span ends when the method returned (or threw), before the reply leaves, so that on the
+  // driver's aligned clock it lies inside the dispatch that waited for the reply.
   static void run_method(const std::shared_ptr<void>& object, const std::string& name,
                          const WorkerMethodInfo& method, const Map& kwargs,
                          const std::string& where, const transport::Responder& responder,
                          ResultStore results) {
     call_status::Scope running(name);
+    const int64_t start_ns = timeline::enabled() ? timeline::now_ns() : 0;
+    const int64_t args_size = start_ns ? timeline::payload_bytes(kwargs) : 0;
+    struct Span {  // records once: at end(), or when the call threw
+      const std::string& name;
+      int64_t start_ns, args_size;
+      bool ended = false;
+      void end() {
+        if (ended) return;
+        ended = true;
+        record_call(name, start_ns, args_size);
+      }
+      ~Span() { end(); }
+    } span{name, start_ns, args_size};
     try {
-      if (method.start) {  // replies when done, from whichever thread finishes it
-        method.start(
-            object.get(), kwargs, where,
-            [where, responder, results](std::optional<Value> result, std::optional<Error> error) {
-              if (error)
-                responder.fail(failure(*error, where));
-              else
-                results.reply(responder, result ? std::move(*result) : Value());
-            });
+      if (method.start) {   // replies when done, from whichever thread finishes it
+        span.ended = true;  // an asynchronous method records when it completes
+        method.start(object.get(), kwargs, where,
+                     [where, responder, results, name, start_ns, args_size](
+                         std::optional<Value> result, std::optional<Error> error) {
+                       record_call(name, start_ns, args_size);
+                       if (error)
+                         responder.fail(failure(*error, where));
+                       else
+                         results.reply(responder, result ? std::move(*result) : Value());
+                     });
       } else if (method.streaming) {
         StreamWriter stream([&responder](Value item) { responder.stream_item(item); });
-        results.reply(responder, method.invoke(object.get(), kwargs, where, &stream));
+        Value result = method.invoke(object.get(), kwargs, where, &stream);
+        span.end();
+        results.reply(responder, std::move(result));
       } else {
-        results.reply(responder, method.invoke(object.get(), kwargs, where, nullptr));
+        Value result = method.invoke(object.get(), kwargs, where, nullptr);
+        span.end();
+        results.reply(responder, std::move(result));
       }
     } catch (const Error& e) {
+      span.end();
       responder.fail(failure(e, where));
     } catch (const std::exception& e) {
+      span.end();
       responder.fail(Error(ErrorCode::kMethodFailed,
                            where + " threw " + current_exception_type() + ": " + e.what()));
     } catch (...) {
+      span.end();
       responder.fail(Error(ErrorCode::kMethodFailed, where + " threw " + current_exception_type()));
     }
   }
@@ -142,6 +176,17 @@ class WorkerServer {
  private:
   void handle_internal(const wire::Request& request, const transport::Responder& responder) {
     if (request.method == "__init__") return construct(request, responder);
+    if (request.method ==
+        "__clock__") {  // the driver aligns clocks (controller/cluster_timeline.cc)
+      responder.reply(Map{{"now_ns", timeline::now_ns()}});
+      return;
+    }
+    if (request.method == "__timeline__") {
+      Value v = timeline::to_value(timeline::snapshot());
+      v.as_map().emplace_back("now_ns", timeline::now_ns());
+      responder.reply(v);
+      return;
+    }
     if (request.method == "__ping__") {
       responder.reply(Map{{"name", name_}, {"pid", static_cast<int64_t>(::getpid())}});
       return;
@@ -161,6 +206,7 @@ class WorkerServer {
     for (const auto& [k, v] : request.kwargs) {
       if (k == "class") cls = &v;
       if (k == "args") args = &v;
+      if (k == "timeline" && v.is_bool()) timeline::set_enabled(v.as_bool());
       // The driver shares this host's object store: large results go through it.
       if (k == "store_threshold" && v.is_int() && v.as_int() > 0) {
         if (auto owner = env::get(worker_env::kStoreOwner)) {
@@ -215,6 +261,14 @@ class WorkerServer {
   // Runs the constructor; thread-safe (touches no member).
   static std::pair<std::shared_ptr<void>, std::optional<Error>> try_construct(
       const WorkerClassInfo* info, const Map& kwargs, const std::string& where) {
+    const int64_t start_ns = timeline::now_ns();
+    struct Span {
+      int64_t start_ns;
+      ~Span() {
+        timeline::record(timeline::make(timeline::Kind::kSpan, "phase", "constructor", start_ns,
+                                        timeline::now_ns() - start_ns));
+      }
+    } span{start_ns};
     try {
       return {info->construct(kwargs, where), std::nullopt};
     } catch (const Error& e) {
