@@ -78,7 +78,8 @@ TEST(Cli, UnknownOrMissingCommand) {
   CliRun r = troupe("bogus");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output,
-             "unknown command 'bogus' (commands: demo, status, logs, start, slurm, stop, version");
+             "unknown command 'bogus' (commands: demo, status, logs, stack, start, slurm, stop, "
+             "version");
   r = troupe("");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "A subcommand is required");

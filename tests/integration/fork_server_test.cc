@@ -154,9 +154,9 @@ pid_t fork_server_of(pid_t agent, const std::set<pid_t>& workers) {
 }
 
 // FS-2, FS-3: `forked` (StartProbe "forked", GPU 1, from a fork server) and `execd` (the same
-// through a launch wrapper) see the same start: environment (but for the per-worker names and
-// the token pipe's number), umask, cwd, signals, stdin; the forked one leads its own process
-// group and is the child of `agent`.
+// through a launch wrapper) see the same start: environment (but for the per-worker names, stack
+// file and the token pipe's number), umask, cwd, signals, stdin; the forked one leads its own
+// process group and is the child of `agent`.
 void expect_started_alike(Worker& forked, Worker& execd, pid_t agent) {
   auto env_f = forked.call<std::vector<std::string>>("environment").get(kDeadline);
   auto env_e = execd.call<std::vector<std::string>>("environment").get(kDeadline);
@@ -165,7 +165,8 @@ void expect_started_alike(Worker& forked, Worker& execd, pid_t agent) {
     for (auto& kv : env)
       if (kv.rfind("TROUPE_WORKER_NAME=", 0) != 0 && kv.rfind("TROUPE_WORKER_UNIX=", 0) != 0 &&
           kv.rfind("TROUPE_TOKEN_FD=", 0) != 0 &&
-          kv.rfind("TROUPE_CONTAINER=", 0) != 0)  // each worker's own (containment.h)
+          kv.rfind("TROUPE_PYTHON_STACKS=", 0) != 0 &&  // each worker's own stack file
+          kv.rfind("TROUPE_CONTAINER=", 0) != 0)        // each worker's own (containment.h)
         out.push_back(kv);
     std::sort(out.begin(), out.end());
     return out;
