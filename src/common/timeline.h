@@ -33,6 +33,7 @@ struct Event {
   int32_t pid = 0;       // the worker this driver event is about (0: the recording process)
   int32_t host = -1;     // that worker's host index
   int32_t count = 0;     // workers of a dispatch
+  uint32_t scope = 0;    // the driver's cluster that recorded it (0: none); never transmitted
   Kind kind = Kind::kSpan;
   char cat[15] = {};     // "call", "send", "dispatch", "phase", "death", "restart", "host"
   char name[48] = {};    // method or phase, truncated

@@ -31,6 +31,11 @@ constexpr size_t kDeadKept = 32;
 
 }  // namespace
 
+uint32_t ClusterImpl::next_timeline_scope() {
+  static std::atomic<uint32_t> next{1};
+  return next.fetch_add(1);
+}
+
 ClusterImpl::ClusterImpl(ClusterOptions options)
     : options_(std::move(options)),
       record_timeline_(options_.timeline && !timeline::off_in_environment()) {
@@ -151,6 +156,7 @@ void ClusterImpl::on_agent_lost(size_t host, const AgentClient* client, const Er
     auto e = timeline::make(timeline::Kind::kInstant, "host", "host lost", timeline::now_ns(), 0,
                             host_name + " (" + address + "): " + reason.message());
     e.host = static_cast<int32_t>(host);
+    e.scope = timeline_scope_;
     timeline::record(e);
   }
   backend_->mark_lost(lost, host_name, address, reason);
@@ -211,6 +217,7 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     worker->rank = options.rank;
     worker->metrics = metrics_;
     worker->record_timeline = record_timeline_;
+    worker->timeline_scope = timeline_scope_;
     std::weak_ptr<WorkerState> weak = worker;
     worker->on_dead = [this, weak] {
       if (auto w = weak.lock()) forget(w);

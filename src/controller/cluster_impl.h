@@ -145,6 +145,10 @@ class ClusterImpl {
 
   ClusterOptions options_;
   bool record_timeline_ = false;  // set once by the constructor
+  // Tags this cluster's driver events (Event::scope): the process's recorder is shared by every
+  // cluster the driver holds. Unique in the process; set once by the constructor.
+  const uint32_t timeline_scope_ = next_timeline_scope();
+  static uint32_t next_timeline_scope();
   SessionPaths session_;
   std::string session_dir_;
   std::string token_;

@@ -207,8 +207,14 @@ TimelineSummary ClusterImpl::timeline(const std::string& path, std::chrono::mill
   }
   // Last: a call's completion callbacks (a dispatch's span) run on the I/O thread after its
   // waiters wake, and before the I/O thread read the replies above. The recorder is the
-  // process's: a driver whose cluster records nothing shows none of it.
-  if (record_timeline_) input.tracks[0].snapshot = timeline::snapshot();
+  // process's, shared by every cluster of this driver: this cluster's events are those with its
+  // scope, and a cluster that records nothing shows none.
+  if (record_timeline_) {
+    timeline::Snapshot mine = timeline::snapshot();
+    std::erase_if(mine.events,
+                  [&](const timeline::Event& e) { return e.scope != timeline_scope_; });
+    input.tracks[0].snapshot = std::move(mine);
+  }
 
   TimelineSummary summary;
   std::string text = chrome_trace_json(std::move(input), summary);

@@ -42,8 +42,8 @@ int64_t dispatch_start(const MeshDispatch& mesh) {
 
 // The dispatch's span on the driver's timeline: from `start_ns` (0: not recorded) until the
 // last of `futures` completed, however it completed.
-void record_dispatch(const std::string& group, const std::string& method, int64_t start_ns,
-                     const std::vector<Future<Value>>& futures) {
+void record_dispatch(const MeshDispatch& mesh, const std::string& group, const std::string& method,
+                     int64_t start_ns, const std::vector<Future<Value>>& futures) {
   if (!start_ns || futures.empty()) return;
   struct Pending {
     std::atomic<size_t> left;
@@ -53,6 +53,7 @@ void record_dispatch(const std::string& group, const std::string& method, int64_
   pending->left = futures.size();
   pending->event = timeline::make(timeline::Kind::kSpan, "dispatch", method, start_ns, 0, group);
   pending->event.count = static_cast<int32_t>(futures.size());
+  pending->event.scope = Access::state(mesh.worker(0))->timeline_scope;
   for (const auto& f : futures)
     f.then([pending](const Future<Value>&) {
       if (pending->left.fetch_sub(1) != 1) return;
@@ -145,7 +146,7 @@ MultiWorkerFuture MeshDispatch::multiple(const std::string& method, const Kwargs
   std::vector<Future<Value>> futures;
   for (size_t i = 0; i < called.size(); ++i)
     futures.push_back(worker(called[i]).call_value(method, per_worker[i]));
-  record_dispatch(group_->name_, method, start_ns, futures);
+  record_dispatch(*this, group_->name_, method, start_ns, futures);
   return described(MultiWorkerFuture(std::move(futures), called, called), method);
 }
 
@@ -164,7 +165,7 @@ MultiWorkerFuture MeshDispatch::replicated(const std::string& method, const Kwar
     futures.push_back(state->call_encoded(method, encoded));
   }
   pin_until_done(futures, pins);
-  record_dispatch(group_->name_, method, start_ns, futures);
+  record_dispatch(*this, group_->name_, method, start_ns, futures);
   return described(MultiWorkerFuture(std::move(futures), called, called), method);
 }
 
@@ -217,7 +218,7 @@ MultiWorkerFuture MeshDispatch::sharded(const std::string& method, const Kwargs&
   for (size_t i = 0; i < plan.called.size(); ++i)
     futures.push_back(Access::state(worker(plan.called[i]))->call_encoded(method, args[i]));
   pin_until_done(futures, pins);
-  record_dispatch(group_->name_, method, start_ns, futures);
+  record_dispatch(*this, group_->name_, method, start_ns, futures);
   return described(
       MultiWorkerFuture(std::move(futures), std::move(plan.called), std::move(plan.return_from)),
       method);

@@ -70,6 +70,7 @@ void WorkerState::record_span(std::string_view cat, std::string_view name, int64
                           name_);
   e.pid = static_cast<int32_t>(pid());
   e.host = static_cast<int32_t>(host_);
+  e.scope = timeline_scope;
   timeline::record(e);
 }
 
@@ -79,6 +80,7 @@ void WorkerState::record_instant(std::string_view cat, std::string_view name,
   auto e = timeline::make(timeline::Kind::kInstant, cat, name, timeline::now_ns(), 0, detail);
   e.pid = static_cast<int32_t>(pid());
   e.host = static_cast<int32_t>(host_);
+  e.scope = timeline_scope;
   timeline::record(e);
 }
 
@@ -180,6 +182,7 @@ Future<Value> WorkerState::submit_now(QueuedCall call, MethodMetrics** measured)
                             timeline::now_ns() - send_start, name_);
     e.pid = static_cast<int32_t>(pid);
     e.host = static_cast<int32_t>(host_);
+    e.scope = timeline_scope;
     timeline::record(e);
   }
   return sent;

@@ -104,6 +104,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   // Set once at creation: whether the driver records this worker's events on the timeline
   // (ClusterOptions::timeline; common/timeline.h), and asks the worker to record its calls.
   bool record_timeline = false;
+  uint32_t timeline_scope = 0;  // its cluster's tag on the driver's events (Event::scope)
   // A driver-side event about this worker, on its timeline track (the event carries its pid and
   // host): a span from `start_ns` (timeline::now_ns) to now, or an instant. Nothing when
   // `record_timeline` is off. Thread-safe.

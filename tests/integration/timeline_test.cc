@@ -252,5 +252,33 @@ TEST(Timeline, AWorkerThatDoesNotAnswerIsListedMissing) {
   EXPECT_EQ(trace.find(label, "phase", "constructor").size(), 1u);
 }
 
+// Two clusters of one driver share its recorder: each one's trace has its own workers and
+// dispatches only.
+TEST(Timeline, TwoClustersOfOneDriverEachWriteOnlyTheirOwn) {
+  troupe::Cluster first(two_hosts());
+  troupe::Cluster second(two_hosts());
+  troupe::VirtualCluster vc1(first, one_bundle_per_host("tl1"));
+  troupe::WorkerGroup g1(vc1, troupe::WorkerBuilder("TimelineProbe"), group_options("one"));
+  call_steps(g1, 2);
+  troupe::Worker other = second.start_worker({.class_name = "TimelineProbe", .name = "other"});
+  other.ready().get(kDeadline);
+  TempDir dir;
+  for (int which = 0; which < 2; ++which) {
+    const std::string path = dir.path() + "/trace" + std::to_string(which) + ".json";
+    troupe::TimelineSummary summary = (which == 0 ? first : second).timeline(path, 10s);
+    EXPECT_TRUE(summary.missing.empty());
+    Trace trace(path);
+    // The driver and this cluster's workers: 2 of the group in the first, "other" in the second.
+    EXPECT_EQ(summary.tracks, which == 0 ? 3u : 2u);
+    EXPECT_EQ(trace.label_of.size(), summary.tracks);
+    const std::string other_label = "other (pid " + std::to_string(other.pid()) + ") @host-0";
+    EXPECT_EQ(trace.events.count(other_label), which == 0 ? 0u : 1u);
+    size_t dispatches = 0;
+    for (const auto& [label, events] : trace.events)
+      for (const auto& e : events) dispatches += e["cat"] == "dispatch";
+    EXPECT_EQ(dispatches, which == 0 ? 2u : 0u);  // call_steps(g1, 2): two group calls
+  }
+}
+
 }  // namespace
 }  // namespace troupe_timeline
