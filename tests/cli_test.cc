@@ -77,9 +77,11 @@ TEST(Cli, AgentRejectsCudaVisibleDevicesItCannotRead) {
 TEST(Cli, UnknownOrMissingCommand) {
   CliRun r = troupe("bogus");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_HAS(r.output,
-             "unknown command 'bogus' (commands: demo, status, logs, stack, start, slurm, stop, "
-             "version");
+  EXPECT_HAS(
+      r.output,
+      "unknown command 'bogus' (commands: demo, status, logs, stack, timeline, start, slurm, "
+      "stop, "
+      "version");
   r = troupe("");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "A subcommand is required");
@@ -107,6 +109,13 @@ TEST(Cli, HelpForEverySubcommand) {
   r = troupe("logs w --tail 0");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "--tail");
+  r = troupe("timeline --help");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_HAS(r.output, "--output");
+  EXPECT_HAS(r.output, "--timeout");
+  r = troupe("timeline --timeout 0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_HAS(r.output, "--timeout");
   r = troupe("start --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_HAS(r.output, "--num-gpus");

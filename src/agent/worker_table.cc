@@ -147,12 +147,15 @@ void WorkerTable::start(const control::StartWorker& request, const void* owner, 
   auto answer = std::make_shared<StartHandler>(std::move(done));  // null once answered
   // The handlers live in the WorkerProcess: they hold it weakly, never in a cycle.
   std::weak_ptr<WorkerProcess> weak = proc;
-  auto on_ready = [weak, unix_ep, gpus, timer, answer, log_path](std::optional<std::string> line) {
+  auto on_ready = [this, name, weak, unix_ep, gpus, timer, answer,
+                   log_path](std::optional<std::string> line) {
     auto proc = weak.lock();
     if (!*answer || !proc) return;
     if (!line || line->rfind("ready", 0) != 0) return;  // the exit handler reports the failure
     timer->cancel();
     std::string tcp = line->size() > 6 ? line->substr(6) : "";
+    if (auto it = workers_.find(name); it != workers_.end() && it->second.process == proc)
+      it->second.tcp_endpoint = tcp;  // for list()
     control::StartWorkerReply reply{proc->pid(), 0, unix_ep, tcp, gpus, log_path};
     reply.start_time = static_cast<int64_t>(proc->start_time());
     auto handler = std::move(*answer);
@@ -267,7 +270,8 @@ Array WorkerTable::list() const {
                       {"alive", !w.process->exited()},
                       {"group", env_of(w.process->launch(), group_env::kGroup)},
                       {"rank", env_of(w.process->launch(), group_env::kRank)},
-                      {"launch", w.process->from_fork_server() ? "fork_server" : "exec"}});
+                      {"launch", w.process->from_fork_server() ? "fork_server" : "exec"},
+                      {"tcp", w.tcp_endpoint}});
   for (const auto& e : exits_)
     out.push_back(Map{{"name", e.name},
                       {"pid", static_cast<int64_t>(e.pid)},

@@ -12,6 +12,7 @@
 #include "cli/stack.h"
 #include "cli/standing.h"
 #include "cli/status.h"
+#include "cli/timeline.h"
 #include "troupe/troupe.h"
 
 int main(int argc, char** argv) {
@@ -89,6 +90,32 @@ int main(int argc, char** argv) {
       ->add_option("--token-file", stack.token_file,
                    "the cluster token (default: TROUPE_TOKEN, else this host's run directory)")
       ->check(CLI::ExistingFile);
+
+  troupe::cli::TimelineOptions timeline;
+  CLI::App* timeline_cmd = app.add_subcommand(
+      "timeline",
+      "write a Chrome trace (Perfetto, chrome://tracing) of a running cluster's workers: one "
+      "track per worker with its calls, clocks aligned to this host's; the driver's track is "
+      "not in it (Cluster::timeline writes that)");
+  CLI::Option* timeline_session = timeline_cmd->add_option(
+      "--session", timeline.session,
+      "an embedded cluster's session directory (default: this user's newest)");
+  timeline_cmd
+      ->add_option("--address", timeline.address,
+                   "HOST:PORT of a standing cluster's head (instead of --session)")
+      ->excludes(timeline_session);
+  timeline_cmd
+      ->add_option("--token-file", timeline.token_file,
+                   "the cluster token (default: TROUPE_TOKEN, else this host's run directory)")
+      ->check(CLI::ExistingFile);
+  timeline_cmd->add_option("-o,--output", timeline.output, "the trace file to write")
+      ->capture_default_str();
+  timeline_cmd
+      ->add_option("--timeout", timeline.timeout_s,
+                   "seconds for everything; a worker or agent that has not answered by then is "
+                   "listed as missing")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 
   bool start_head = false;
   std::string labels;
@@ -218,6 +245,7 @@ int main(int argc, char** argv) {
   }
   if (*logs_cmd) return troupe::cli::run_logs(logs);
   if (*stack_cmd) return troupe::cli::run_stack(stack);
+  if (*timeline_cmd) return troupe::cli::run_timeline(timeline);
   if (*start_cmd) {
     if (start_head == !agent.address.empty()) {
       std::fprintf(stderr, "troupe start: give --head or --address HOST:PORT (see --help)\n");

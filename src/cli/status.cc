@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <future>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "cli/agents.h"
@@ -81,12 +83,18 @@ void print(const Value& status) {
 
 namespace {
 // Asks a daemon at `endpoint` for `method` (no arguments); blocks at most 5 s to connect and
-// 30 s for the reply. Throws Error.
-Value ask(const std::string& endpoint, const std::string& token, const std::string& method) {
+// 30 s for the reply, or until `deadline` for both. Throws Error.
+Value ask(const std::string& endpoint, const std::string& token, const std::string& method,
+          std::optional<Clock::time_point> deadline = std::nullopt) {
+  auto until = [&](std::chrono::milliseconds otherwise) {
+    if (!deadline) return otherwise;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
+    return std::max(ms, std::chrono::milliseconds(1));
+  };
   transport::IoLoop loop;
   std::promise<std::shared_ptr<transport::RpcPeer>> connected;
   transport::async_connect(
-      loop.context(), endpoint, token, std::chrono::seconds(5),
+      loop.context(), endpoint, token, until(std::chrono::seconds(5)),
       [&connected](std::shared_ptr<transport::Connection> c, const Error* error) {
         if (error) {
           connected.set_exception(std::make_exception_ptr(*error));
@@ -97,7 +105,8 @@ Value ask(const std::string& endpoint, const std::string& token, const std::stri
   auto peer = connected.get_future().get();
   Value status;
   try {
-    status = peer->call(method, {}, method + " of " + endpoint).get(std::chrono::seconds(30));
+    status =
+        peer->call(method, {}, method + " of " + endpoint).get(until(std::chrono::seconds(30)));
   } catch (...) {
     peer->close(Error(ErrorCode::kShutdown, "done"));
     loop.run_sync([] {});
@@ -186,6 +195,11 @@ std::string newest_session() {
 
 Value ask_head_status(const std::string& endpoint, const std::string& token) {
   return ask(endpoint, token, "status");
+}
+
+Value ask_head_status(const std::string& endpoint, const std::string& token,
+                      std::chrono::steady_clock::time_point deadline) {
+  return ask(endpoint, token, "status", deadline);
 }
 
 int run_status(std::string session, const std::string& address, const std::string& token) {

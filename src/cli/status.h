@@ -1,6 +1,7 @@
 // `troupe status`: what a running cluster holds, asked of its head.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "troupe/value.h"
@@ -10,6 +11,9 @@ namespace troupe::cli {
 // Asks the head at `endpoint` ("unix:PATH" or "tcp:HOST:PORT") for its status, proving `token`.
 // Blocks (connect 5 s, answer 30 s); throws Error.
 Value ask_head_status(const std::string& endpoint, const std::string& token);
+// The same, connected and answered by `deadline`.
+Value ask_head_status(const std::string& endpoint, const std::string& token,
+                      std::chrono::steady_clock::time_point deadline);
 
 // The newest session directory of this user with a head socket (empty: none).
 std::string newest_session();

@@ -1,6 +1,9 @@
 #include "controller/timeline_trace.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -73,15 +76,17 @@ class TraceBuilder {
     json other = {
         {"recording", in_.recording},
         {"clock_reference",
-         "the driver's CLOCK_MONOTONIC; ts in microseconds since the first event"},
+         in_.collector + "'s CLOCK_MONOTONIC; ts in microseconds since the first event"},
+        {"ts_origin_ns", placed.empty() ? int64_t{0} : base},
         {"clock_alignment",
-         "per worker: offset = worker clock - midpoint of the driver's send and receive of a "
-         "probe, keeping the probe with the shortest round trip; error bound = half that round "
-         "trip"},
+         "per worker: offset = worker clock - midpoint of " + in_.collector +
+             "'s send and receive of a probe, keeping the probe with the shortest round trip; "
+             "error bound = half that round trip"},
         {"clock_error_bound_us", summary.clock_error_us},
         {"clocks", clocks},
         {"dropped_events", dropped},
         {"missing", in_.missing}};
+    if (!in_.no_driver.empty()) other["driver"] = in_.no_driver;
     return json{{"traceEvents", std::move(events)},
                 {"displayTimeUnit", "ns"},
                 {"otherData", std::move(other)}};
@@ -173,6 +178,14 @@ class TraceBuilder {
 std::string chrome_trace_json(TraceInput input, TimelineSummary& summary) {
   TraceBuilder builder(input);
   return builder.build(summary).dump();
+}
+
+void write_trace_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (out) out << text;
+  if (!out || !out.flush())
+    throw Error(ErrorCode::kInvalidArgument,
+                "cannot write the timeline to '" + path + "': " + std::strerror(errno));
 }
 
 }  // namespace troupe::internal

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 namespace troupe::internal {
@@ -88,6 +89,41 @@ TEST(ChromeTrace, AlignsWorkerClocksAndPlacesEvents) {
   EXPECT_EQ(trace["otherData"]["recording"], true);
   EXPECT_DOUBLE_EQ(trace["otherData"]["clock_error_bound_us"].get<double>(), 20.0);
   EXPECT_EQ(trace["otherData"]["missing"][0], in.missing[0]);
+  EXPECT_EQ(trace["otherData"]["ts_origin_ns"], 1000);  // the dispatch's start
+  EXPECT_FALSE(trace["otherData"].contains("driver"));
+}
+
+// Without a driver track (`troupe timeline`): worker tracks only, numbered from 1, times on the
+// collector's clock from the earliest worker event, and otherData says why there is no driver.
+TEST(ChromeTrace, WithoutADriverTrackSaysWhy) {
+  TraceInput in;
+  in.collector = "the troupe timeline process";
+  in.no_driver = "not reachable";
+  for (int w = 0; w < 2; ++w) {
+    TraceTrack t;
+    t.label = "w" + std::to_string(w);
+    t.worker = t.label;
+    t.pid = 10 + w;
+    t.host = w;
+    t.offset_ns = 500.0 * w;  // worker 1's clock is 500 ns ahead
+    t.collected = true;
+    t.snapshot.events.push_back(
+        timeline::make(timeline::Kind::kSpan, "call", "f", 3000 + 1500 * w, 100));
+    in.tracks.push_back(t);
+  }
+  TimelineSummary summary;
+  json trace = json::parse(chrome_trace_json(in, summary));
+  EXPECT_EQ(summary.tracks, 2u);
+  EXPECT_EQ(summary.events, 2u);
+  EXPECT_EQ(trace["otherData"]["driver"], "not reachable");
+  EXPECT_EQ(trace["otherData"]["ts_origin_ns"], 3000);  // worker 0's call, on its own clock
+  EXPECT_EQ(trace["otherData"]["clock_reference"].get<std::string>().rfind(
+                "the troupe timeline process's CLOCK_MONOTONIC", 0),
+            0u);
+  std::map<int, double> ts;  // by pid: worker 1's call at 4500 - 500 = 4000 ns, 1 us after
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") ts[e["pid"].get<int>()] = e["ts"].get<double>();
+  EXPECT_EQ(ts, (std::map<int, double>{{1, 0.0}, {2, 1.0}}));
 }
 
 }  // namespace

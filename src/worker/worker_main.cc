@@ -360,6 +360,8 @@ int run_worker_main() {
     h.on_request = [&server](wire::Request&& r, const transport::Responder& responder) {
       server.handle(std::move(r), responder);
     };
+    // Connections come and go (the driver's, and `troupe timeline`'s each time it runs).
+    std::erase_if(peers, [](const std::weak_ptr<transport::RpcPeer>& p) { return p.expired(); });
     peers.push_back(transport::RpcPeer::attach(conn, wire::FrameLimits{}, std::move(h)));
   };
   std::vector<std::shared_ptr<transport::Listener>> listeners;
