@@ -7,9 +7,11 @@
 //   stop_worker  {name, grace_ms}            -> {status}   (after the process is reaped; for a
 //                                               worker that already exited, how it ended, as
 //                                               long as it is among the last kExitsKept exits)
-//   list_workers {}                          -> [{name, pid, alive, group, rank, launch}] (running;
-//                                               launch: "fork_server" or "exec"), then recent
-//                                               exits [{name, pid, alive, group}]
+//   list_workers {}                          -> [{name, pid, alive, group, rank, launch, call,
+//                                               call_ms}] (running; launch: "fork_server" or
+//                                               "exec"; call: the method it runs now, for
+//                                               call_ms, "" when idle), then recent exits
+//                                               [{name, pid, alive, group}]
 //   read_log {name, offset, tail_lines, max_bytes} -> {name, pid, alive, offset, next_offset,
 //                                               size, data}: a piece of a worker's log file
 //                                               (wire/control.h ReadLog; running workers and
