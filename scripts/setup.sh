@@ -12,7 +12,7 @@ packages=(
   elfutils
   clang-14 libclang-rt-14-dev
   slurm-wlm slurmctld slurmd slurm-client munge
-  libcpp-httplib-dev prometheus
+  libcpp-httplib-dev prometheus chromium
 )
 # The Python package (python/): build, tests, and `pip install --no-build-isolation .`.
 packages+=(

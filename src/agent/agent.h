@@ -7,11 +7,13 @@
 //   stop_worker  {name, grace_ms}            -> {status}   (after the process is reaped; for a
 //                                               worker that already exited, how it ended, as
 //                                               long as it is among the last kExitsKept exits)
-//   list_workers {}                          -> [{name, pid, alive, group, rank, launch, tcp}]
-//                                               (running; launch: "fork_server" or "exec"; tcp:
-//                                               the worker's "tcp:HOST:PORT" once it is ready,
-//                                               where anyone with the token may call it, as
-//                                               `troupe timeline` does), then recent exits
+//   list_workers {}                          -> [{name, pid, alive, group, rank, launch, tcp,
+//                                               call, call_ms}] (running; launch: "fork_server"
+//                                               or "exec"; tcp: the worker's "tcp:HOST:PORT" once
+//                                               it is ready, where anyone with the token may call
+//                                               it, as `troupe timeline` does; call: the method it
+//                                               runs now, for call_ms, "" when idle), then recent
+//                                               exits
 //                                               [{name, pid, alive, group}]
 //   read_log {name, offset, tail_lines, max_bytes} -> {name, pid, alive, offset, next_offset,
 //                                               size, data}: a piece of a worker's log file

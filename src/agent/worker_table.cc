@@ -264,14 +264,25 @@ void WorkerTable::exited(const std::string& name, const std::shared_ptr<WorkerPr
 
 Array WorkerTable::list() const {
   Array out;
-  for (const auto& [name, w] : workers_)
+  for (const auto& [name, w] : workers_) {
+    // The call it runs, from its call-status page (empty: idle, or the page is unreadable).
+    std::string call, why;
+    int64_t call_ms = 0;
+    if (host_.stacks_dir_fd >= 0 && !w.process->exited())
+      if (auto snap = call_status::read(host_.stacks_dir_fd, name + ".status", why)) {
+        call = snap->method;
+        call_ms = snap->call_ns / 1000000;
+      }
     out.push_back(Map{{"name", name},
                       {"pid", static_cast<int64_t>(w.process->pid())},
                       {"alive", !w.process->exited()},
                       {"group", env_of(w.process->launch(), group_env::kGroup)},
                       {"rank", env_of(w.process->launch(), group_env::kRank)},
                       {"launch", w.process->from_fork_server() ? "fork_server" : "exec"},
-                      {"tcp", w.tcp_endpoint}});
+                      {"tcp", w.tcp_endpoint},
+                      {"call", call},
+                      {"call_ms", call_ms}});
+  }
   for (const auto& e : exits_)
     out.push_back(Map{{"name", e.name},
                       {"pid", static_cast<int64_t>(e.pid)},

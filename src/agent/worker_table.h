@@ -94,8 +94,10 @@ class WorkerTable {
 
   bool empty() const { return workers_.empty(); }
   size_t size() const { return workers_.size(); }
-  // [{name, pid, alive, group, rank, launch}] of running workers, then [{name, pid, alive,
-  // group}] of remembered exits.
+  // [{name, pid, alive, group, rank, launch, call, call_ms}] of running workers, then [{name,
+  // pid, alive, group}] of remembered exits. `call` is the method the worker runs now and
+  // `call_ms` for how long, from its call-status page (common/call_status.h): "" and 0 when it is
+  // idle, has no page (stacks_dir_fd -1) or the page could not be read.
   Array list() const;
   // A piece of the log of `request.name` (a running worker or a remembered exit, WT-3) with its
   // pid and whether it runs (log_reader.h). Throws kInvalidArgument for a name it does not know,

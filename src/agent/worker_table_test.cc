@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "agent/port_book.h"
+#include "common/call_status.h"
 #include "common/env.h"
+#include "common/launch_env.h"
 
 namespace {
 
@@ -39,7 +41,8 @@ int bind_port(int port) {
 }
 
 // The worker side: "ready" (report ready, wait), "bind:PORT" (bind it, then report ready; exit 3
-// when it cannot), "die" (write a line to stderr, exit 7 before ready).
+// when it cannot), "die" (write a line to stderr, exit 7 before ready), "call:METHOD" (begin a
+// call of METHOD on its call-status page, as a worker's method loop does, then report ready).
 [[maybe_unused]] const bool worker_mode = [] {
   const char* mode = std::getenv("TROUPE_TABLE_TEST_WORKER");
   if (!mode) return false;
@@ -50,6 +53,10 @@ int bind_port(int port) {
     ::_exit(7);
   }
   if (m.rfind("bind:", 0) == 0 && bind_port(std::atoi(m.c_str() + 5)) < 0) ::_exit(3);
+  if (m.rfind("call:", 0) == 0) {
+    troupe::call_status::open(std::getenv(troupe::worker_env::kCallStatus));
+    troupe::call_status::begin(m.substr(5));
+  }
   int ready = std::atoi(std::getenv("TROUPE_READY_FD"));
   ssize_t unused = ::write(ready, "ready\n", 6);
   (void)unused;
@@ -86,6 +93,8 @@ class WorkerTableTest : public testing::Test {
     dir_ = ::mkdtemp(tmpl);
     ::mkdir((dir_ + "/logs").c_str(), 0700);
     logs_ = ::open((dir_ + "/logs").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    ::mkdir((dir_ + "/stacks").c_str(), 0700);
+    stacks_ = ::open((dir_ + "/stacks").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     WorkerHost host;
     host.host_name = "host-t";
     host.address = "127.0.0.1";
@@ -95,6 +104,7 @@ class WorkerTableTest : public testing::Test {
     host.log_to_terminal = false;
     host.gpu_ids = {0, 1, 2};
     host.logs_dir_fd = logs_;
+    host.stacks_dir_fd = stacks_;
     table_ = std::make_unique<WorkerTable>(
         io_, host, ports_, containment_, nullptr,
         [this](const control::WorkerExited& e) { exits_.push_back(e); });
@@ -104,6 +114,7 @@ class WorkerTableTest : public testing::Test {
     run_until([this] { return table_->empty(); });
     table_.reset();
     ::close(logs_);
+    ::close(stacks_);
     std::system(("rm -rf " + dir_).c_str());
   }
 
@@ -149,6 +160,7 @@ class WorkerTableTest : public testing::Test {
   asio::io_context io_;
   std::string dir_;
   int logs_ = -1;
+  int stacks_ = -1;
   PortBook ports_;
   FakeContainment containment_;
   std::vector<control::WorkerExited> exits_;
@@ -278,6 +290,34 @@ TEST_F(WorkerTableTest, ReadsTheLogOfAnExitedWorker) {
   } catch (const Error& e) {
     EXPECT_EQ(e.message(), "no worker named 'nobody' on host-t (workers: dies (exited))");
   }
+}
+
+}  // namespace
+
+namespace {
+
+// list names the call a running worker is in and for how long, from its call-status page; an
+// idle worker's call is empty.
+TEST_F(WorkerTableTest, ListShowsTheCurrentCallAndItsAge) {
+  Outcome busy, idle;
+  table_->start(request("busy", "call:train_step"), nullptr, nullptr, record(&busy));
+  table_->start(request("idle", "ready"), nullptr, nullptr, record(&idle));
+  ASSERT_TRUE(run_until([&] { return busy.done && idle.done; }));
+  ASSERT_TRUE(busy.reply && idle.reply);
+  // {call, call_ms} of the worker `name` in list() ({"", -1} when it is not there).
+  auto call_of = [&](const std::string& name) -> std::pair<std::string, int64_t> {
+    for (const auto& w : table_->list().as_array()) {
+      const troupe::Value *n = w.find("name"), *c = w.find("call"), *ms = w.find("call_ms");
+      if (n && n->as_string() == name && c && ms) return {c->as_string(), ms->as_int()};
+    }
+    return {"", -1};
+  };
+  // The call began before the worker reported ready: its age grows past 0 ms.
+  EXPECT_TRUE(run_until([&] { return call_of("busy").second > 0; }));
+  auto [call, ms] = call_of("busy");
+  EXPECT_EQ(call, "train_step");
+  EXPECT_LT(ms, 10000);
+  EXPECT_EQ(call_of("idle"), (std::pair<std::string, int64_t>{"", 0}));
 }
 
 }  // namespace

@@ -95,14 +95,21 @@ std::optional<Future<Value>> Agents::send(size_t host, const Call& call, std::st
 
 std::vector<std::vector<Agents::Answer>> Agents::ask_all(const std::vector<Call>& calls,
                                                          Clock::time_point deadline) {
+  return ask_lists(std::vector<std::vector<Call>>(hosts_.size(), calls), deadline);
+}
+
+std::vector<std::vector<Agents::Answer>> Agents::ask_lists(
+    const std::vector<std::vector<Call>>& calls, Clock::time_point deadline) {
   const auto since = Clock::now();
-  std::vector<std::vector<Answer>> answers(hosts_.size(), std::vector<Answer>(calls.size()));
+  std::vector<std::vector<Answer>> answers(hosts_.size());
   std::vector<std::vector<std::optional<Future<Value>>>> futures(hosts_.size());
+  for (size_t h = 0; h < hosts_.size() && h < calls.size(); ++h) {
+    answers[h].resize(calls[h].size());
+    for (size_t c = 0; c < calls[h].size(); ++c)
+      futures[h].push_back(send(h, calls[h][c], answers[h][c].error));
+  }
   for (size_t h = 0; h < hosts_.size(); ++h)
-    for (size_t c = 0; c < calls.size(); ++c)
-      futures[h].push_back(send(h, calls[c], answers[h][c].error));
-  for (size_t h = 0; h < hosts_.size(); ++h)
-    for (size_t c = 0; c < calls.size(); ++c) {
+    for (size_t c = 0; c < futures[h].size(); ++c) {
       auto& f = futures[h][c];
       if (!f) continue;
       if (!f->wait_for(deadline - Clock::now())) {

@@ -1,5 +1,5 @@
 // The agents of a running cluster's hosts, asked from the command line (`troupe status`,
-// `troupe logs`).
+// `troupe logs`) and by the head's dashboard (dashboard.h).
 //
 // Every agent is connected to at once, with one deadline for all connections, then asked at
 // once, with one deadline for all answers: an agent that does not connect or answer in time
@@ -58,6 +58,10 @@ class Agents {
   // answers[host][call], in the order of hosts() and `calls`.
   std::vector<std::vector<Answer>> ask_all(const std::vector<Call>& calls,
                                            Clock::time_point deadline);
+  // calls[host] (any number, possibly none) to each host's agent, all at once; waits at most
+  // until `deadline`. answers[host][i], in the order of hosts() and calls[host].
+  std::vector<std::vector<Answer>> ask_lists(const std::vector<std::vector<Call>>& calls,
+                                             Clock::time_point deadline);
   // calls[host] to each host's agent (none where it is nullopt), all at once; waits at most
   // until `deadline`. answers[host], in the order of hosts().
   std::vector<Answer> ask_each(const std::vector<std::optional<Call>>& calls,

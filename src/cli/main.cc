@@ -169,6 +169,11 @@ int main(int argc, char** argv) {
                    "serve Prometheus metrics on http://NODE-IP:PORT/metrics to bearers of the "
                    "cluster token (0: any free port, printed)")
       ->check(CLI::Range(0, 65535));
+  start_cmd
+      ->add_option("--dashboard-port", head.dashboard_port,
+                   "the head only: serve the web dashboard on http://NODE-IP:PORT/ to bearers of "
+                   "the cluster token (0: any free port; the URL to log in once is printed)")
+      ->check(CLI::Range(0, 65535));
   start_cmd->add_flag("--slurm", agent.slurm,
                       "an agent in a Slurm job step (as `troupe slurm` starts them): host name, "
                       "address, CPUs and GPUs from Slurm unless given; exits with its head");
@@ -253,6 +258,11 @@ int main(int argc, char** argv) {
     }
     if (agent.slurm && start_head) {
       std::fprintf(stderr, "troupe start: --slurm is for an agent (--address), not the head\n");
+      return 2;
+    }
+    if (!start_head && head.dashboard_port >= 0) {
+      std::fprintf(stderr,
+                   "troupe start: --dashboard-port is for the head (--head), not an agent\n");
       return 2;
     }
     if (start_head) return troupe::cli::run_start_head(head);

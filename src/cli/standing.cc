@@ -21,6 +21,7 @@
 
 #include "agent/agent.h"
 #include "agent/gpu_probe.h"
+#include "cli/dashboard.h"
 #include "cli/slurm_env.h"
 #include "cli/status.h"
 #include "common/env.h"
@@ -272,6 +273,7 @@ int run_start_head(const StartHeadOptions& o) {
       transport::IoLoop loop;
       std::unique_ptr<head::HeadMetrics> metrics;  // outlives the head, which observes into it
       std::unique_ptr<head::Head> head;
+      std::unique_ptr<Dashboard> dashboard;  // stops before the head it asks goes
       try {
         loop.run_sync(
             [&] { head = std::make_unique<head::Head>(loop.context(), "tcp:" + address, token); });
@@ -296,18 +298,35 @@ int run_start_head(const StartHeadOptions& o) {
         }
         std::fprintf(stderr, "troupe head metrics at %s\n", metrics_at.c_str());
       }
+      std::string dashboard_at;
+      if (o.dashboard_port >= 0) {
+        try {
+          dashboard = std::make_unique<Dashboard>(DashboardOptions{
+              ip, o.dashboard_port, token, [h, bound] { return standing_head_status(*h, bound); }});
+          dashboard_at = "http://" + dashboard->serve() + "/";
+        } catch (const Error& e) {
+          std::fprintf(stderr, "troupe head: dashboard: %s\n", e.what());
+          return 1;
+        }
+        std::fprintf(stderr, "troupe head dashboard at %s\n", dashboard_at.c_str());
+        if (o.block)  // the terminal: where a user copies the login URL from
+          std::fprintf(stderr, "in a browser, open once: %slogin?token=%s&next=/\n",
+                       dashboard_at.c_str(), token.c_str());
+      }
       write_private_file(dir + "/head.pid", pid_record());
       write_private_file(dir + "/head.address", bound + "\n");
       std::fprintf(stderr, "troupe head listening on %s (pid %d)\n", bound.c_str(), ::getpid());
       std::fflush(stderr);
       if (ready_fd >= 0) {
-        std::string line = "ready " + bound + (metrics_at.empty() ? "" : " " + metrics_at) + "\n";
+        std::string line = "ready " + bound + " " + (metrics_at.empty() ? "-" : metrics_at) + " " +
+                           (dashboard_at.empty() ? "-" : dashboard_at) + "\n";
         ssize_t n = ::write(ready_fd, line.data(), line.size());
         (void)n;
         ::close(ready_fd);
       }
       wait_stop();
       std::fprintf(stderr, "troupe head stopping\n");
+      if (dashboard) dashboard->stop();
       if (metrics) metrics->stop();
       head->close();
       loop.stop();
@@ -318,19 +337,22 @@ int run_start_head(const StartHeadOptions& o) {
       return 0;
     };
     return launch(o.block, log, body, [&](pid_t pid, const std::string& detail) {
-      // "IP:PORT[ METRICS-URL]"
-      const std::string address = detail.substr(0, detail.find(' '));
+      // "IP:PORT METRICS-URL DASHBOARD-URL", "-" for a URL not served. A browser opens the login
+      // URL once and gets a cookie (transport/http_server.h).
+      std::istringstream fields(detail);
+      std::string address, metrics_url, dashboard_url;
+      fields >> address >> metrics_url >> dashboard_url;
       std::printf("troupe head started at %s (pid %d, log %s)\n", address.c_str(), pid,
                   log.c_str());
-      if (size_t sp = detail.find(' '); sp != std::string::npos) {
-        // A browser opens the login URL once and gets a cookie (transport/http_server.h).
-        std::string url = detail.substr(sp + 1);
-        std::string base = url.substr(0, url.rfind('/'));
+      if (!metrics_url.empty() && metrics_url != "-")
         std::printf(
             "metrics at %s (Prometheus: authorization Bearer with the cluster token)\n"
             "in a browser, open once: %s/login?token=%s&next=/metrics\n",
-            url.c_str(), base.c_str(), token.c_str());
-      }
+            metrics_url.c_str(), metrics_url.substr(0, metrics_url.rfind('/')).c_str(),
+            token.c_str());
+      if (!dashboard_url.empty() && dashboard_url != "-")
+        std::printf("dashboard at %s\nin a browser, open once: %slogin?token=%s&next=/\n",
+                    dashboard_url.c_str(), dashboard_url.c_str(), token.c_str());
       std::printf("join a host with:\n  troupe start --address %s%s\n", address.c_str(),
                   token_path.empty() ? "   (with TROUPE_TOKEN set)"
                                      : (" --token-file " + token_path).c_str());

@@ -35,6 +35,9 @@ struct StartHeadOptions {
   // Prometheus metrics on http://ADDRESS:metrics_port/metrics (ADDRESS: the one the head
   // listens on; 0: any free port, printed); negative: none.
   int metrics_port = -1;
+  // The web dashboard (cli/dashboard.h) on http://ADDRESS:dashboard_port/ (0: any free port,
+  // printed with the URL a browser opens once to log in); negative: none.
+  int dashboard_port = -1;
 };
 
 struct StartAgentOptions {

@@ -1,5 +1,5 @@
 // A small authenticated HTTP server (cpp-httplib underneath) for the read-only endpoints of the
-// head, the agents and drivers (/metrics; later the dashboard).
+// head, the agents and drivers (/metrics) and the head's dashboard (cli/dashboard.h).
 //
 // Authentication (HTTP-1): every request but /login must carry the cluster token, either as
 // `Authorization: Bearer TOKEN` (what Prometheus's scrape `authorization` setting sends) or as
