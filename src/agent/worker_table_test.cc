@@ -306,7 +306,7 @@ TEST_F(WorkerTableTest, ListShowsTheCurrentCallAndItsAge) {
   ASSERT_TRUE(busy.reply && idle.reply);
   // {call, call_ms} of the worker `name` in list() ({"", -1} when it is not there).
   auto call_of = [&](const std::string& name) -> std::pair<std::string, int64_t> {
-    for (const auto& w : table_->list().as_array()) {
+    for (const auto& w : table_->list()) {
       const troupe::Value *n = w.find("name"), *c = w.find("call"), *ms = w.find("call_ms");
       if (n && n->as_string() == name && c && ms) return {c->as_string(), ms->as_int()};
     }

@@ -217,7 +217,11 @@ std::string Dashboard::serve() {
     if (!timeline)
       return transport::HttpReply{503, "text/plain; charset=utf-8",
                                   "timeline collection is not available in this build\n"};
-    return transport::HttpReply{200, "application/json", timeline()};
+    try {
+      return transport::HttpReply{200, "application/json", timeline()};
+    } catch (const Error& e) {
+      return transport::HttpReply{503, "text/plain; charset=utf-8", e.message() + "\n"};
+    }
   });
   server_->start();
   return server_->address();

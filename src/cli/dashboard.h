@@ -11,8 +11,9 @@
 //                  with its own deadline: it answers within about kStateBudget whatever the
 //                  agents do. A host the head says is up whose agent does not answer in time is
 //                  "not answering"; one the head lost is "lost".
-//   /timeline.json the cluster's timeline as a Chrome trace, from DashboardOptions::timeline;
-//                  503 "timeline collection is not available in this build" when it is not set
+//   /timeline.json the cluster's timeline as a Chrome trace, from DashboardOptions::timeline
+//                  (`troupe start --head`: collect_timeline, as `troupe timeline` does); 503 with
+//                  the reason when it throws (no running worker) or is not set
 // Threads: requests are served on the HttpServer's bounded pool, several at once; each gather
 // has its own agent connections (agents.h), so handlers share nothing but the options.
 #pragma once
@@ -44,8 +45,9 @@ struct DashboardOptions {
   // The head's status answer (cli/standing.h standing_head_status). Called on the server's
   // threads, several at once: must be thread-safe. Required.
   std::function<Value()> head_status;
-  // The cluster's timeline as Chrome trace JSON (thread-safe, like head_status); null: /timeline
-  // .json answers 503. An exception it throws is a 500 with its message.
+  // The cluster's timeline as Chrome trace JSON (thread-safe, like head_status; blocking, bounded
+  // by its own deadline); null: /timeline.json answers 503. An Error it throws is a 503 with its
+  // message.
   std::function<std::string()> timeline;
   int log_lines = 10;  // the last lines of each worker's log
 };

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cli/agents.h"
+#include "cli/report.h"
 #include "cli/standing.h"
 #include "cli/status.h"
 #include "cli/workers.h"
@@ -86,12 +87,7 @@ int logs(const LogsOptions& o) {
 }  // namespace
 
 int run_logs(const LogsOptions& options) {
-  try {
-    return logs(options);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "troupe logs: %s\n", e.what());
-    return 1;
-  }
+  return run_reporting("logs", [&] { return logs(options); });
 }
 
 }  // namespace troupe::cli

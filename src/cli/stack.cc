@@ -4,6 +4,7 @@
 #include <map>
 
 #include "cli/agents.h"
+#include "cli/report.h"
 #include "cli/status.h"
 #include "cli/workers.h"
 #include "wire/control.h"
@@ -75,12 +76,7 @@ int stack(const StackOptions& o) {
 }  // namespace
 
 int run_stack(const StackOptions& options) {
-  try {
-    return stack(options);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "troupe stack: %s\n", e.what());
-    return 1;
-  }
+  return run_reporting("stack", [&] { return stack(options); });
 }
 
 }  // namespace troupe::cli

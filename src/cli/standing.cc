@@ -24,6 +24,7 @@
 #include "cli/dashboard.h"
 #include "cli/slurm_env.h"
 #include "cli/status.h"
+#include "cli/timeline.h"
 #include "common/env.h"
 #include "common/launch_env.h"
 #include "common/private_dir.h"
@@ -301,8 +302,17 @@ int run_start_head(const StartHeadOptions& o) {
       std::string dashboard_at;
       if (o.dashboard_port >= 0) {
         try {
-          dashboard = std::make_unique<Dashboard>(DashboardOptions{
-              ip, o.dashboard_port, token, [h, bound] { return standing_head_status(*h, bound); }});
+          // The timeline is collected as `troupe timeline --address` does, through the head's
+          // TCP endpoint, on the HTTP handler's thread (never the head's I/O thread).
+          auto timeline = [endpoint = "tcp:" + bound, token] {
+            CollectedTrace trace = collect_timeline(endpoint, token, std::chrono::seconds(5));
+            if (trace.json.empty())
+              throw Error(ErrorCode::kResourceUnavailable, "no running worker in the cluster");
+            return trace.json;
+          };
+          dashboard = std::make_unique<Dashboard>(
+              DashboardOptions{ip, o.dashboard_port, token,
+                               [h, bound] { return standing_head_status(*h, bound); }, timeline});
           dashboard_at = "http://" + dashboard->serve() + "/";
         } catch (const Error& e) {
           std::fprintf(stderr, "troupe head: dashboard: %s\n", e.what());

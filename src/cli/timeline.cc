@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "cli/agents.h"
+#include "cli/report.h"
 #include "cli/status.h"
 #include "cli/workers.h"
 #include "controller/timeline_collect.h"
@@ -181,12 +182,7 @@ int write_timeline(const TimelineOptions& o) {
 }  // namespace
 
 int run_timeline(const TimelineOptions& options) {
-  try {
-    return write_timeline(options);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "troupe timeline: %s\n", e.what());
-    return 1;
-  }
+  return run_reporting("timeline", [&] { return write_timeline(options); });
 }
 
 }  // namespace troupe::cli

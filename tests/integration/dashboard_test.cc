@@ -17,12 +17,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -246,7 +248,7 @@ class DashboardCluster : public testing::Test {
 };
 
 // Without the token every endpoint is a 401 that reveals nothing; the login URL sets the cookie
-// that then serves the page and the state; /timeline.json says why it is not there. An agent
+// that then serves the page and the state; /timeline.json says why it has nothing. An agent
 // refuses --dashboard-port.
 TEST_F(DashboardCluster, EveryEndpointNeedsTheToken) {
   for (const char* path : {"/", "/api/state", "/timeline.json"}) {
@@ -272,9 +274,10 @@ TEST_F(DashboardCluster, EveryEndpointNeedsTheToken) {
   HttpAnswer st = http_get(dashboard_, "/api/state", cookie);
   EXPECT_EQ(st.status, 200);
   EXPECT_HAS(st.body, "\"dash-a\"");
+  // No worker runs yet: nothing to collect, and the answer says so.
   HttpAnswer timeline = http_get(dashboard_, "/timeline.json", bearer());
   EXPECT_EQ(timeline.status, 503);
-  EXPECT_EQ(timeline.body, "timeline collection is not available in this build\n");
+  EXPECT_EQ(timeline.body, "no running worker in the cluster\n");
 
   std::string agent = run_to_completion({TROUPE_CLI_PATH, "start", "--address", address_,
                                          "--host-name", "dash-c", "--dashboard-port", "0"},
@@ -298,10 +301,11 @@ TEST_F(DashboardCluster, ShowsHostsWorkersTheirCallsLogsAndRestarts) {
   EXPECT_EQ((*a)["address"], "127.0.0.61");
   EXPECT_EQ((*b)["gpus"], 0);
   EXPECT_TRUE((*a)["memory_available"].is_number()) << a->dump();
-  ASSERT_EQ(s["placement_groups"].size(), 1u) << s.dump(1);
-  const std::string bundles = s["placement_groups"][0]["bundles"].get<std::string>();
-  EXPECT_HAS(bundles, "dash-a: 1 bundle");
-  EXPECT_HAS(bundles, "dash-b: 1 bundle");
+  // The virtual cluster reserves one placement group per node: a bundle on each host.
+  ASSERT_EQ(s["placement_groups"].size(), 2u) << s.dump(1);
+  std::set<std::string> bundles;
+  for (const auto& pg : s["placement_groups"]) bundles.insert(pg["bundles"].get<std::string>());
+  EXPECT_EQ(bundles, (std::set<std::string>{"dash-a: 1 bundle", "dash-b: 1 bundle"}));
 
   for (size_t rank = 0; rank < 2; ++rank) {
     std::string group;
@@ -324,6 +328,28 @@ TEST_F(DashboardCluster, ShowsHostsWorkersTheirCallsLogsAndRestarts) {
       },
       kDeadline))
       << s.dump(1);
+
+  // The timeline link: a Chrome trace with a track per worker of the group, holding worker 1's
+  // finished call of say as a complete span.
+  HttpAnswer trace = http_get(dashboard_, "/timeline.json", bearer());
+  ASSERT_EQ(trace.status, 200) << trace.head << trace.body;
+  EXPECT_HAS(trace.head, "Content-Type: application/json");
+  json doc = json::parse(trace.body, nullptr, false);
+  ASSERT_TRUE(doc.is_object() && doc["traceEvents"].is_array()) << trace.body.substr(0, 500);
+  std::set<std::string> tracks;
+  int says = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "process_name")
+      tracks.insert(e["args"]["name"].get<std::string>());
+    says += e["ph"] == "X" && e["cat"] == "call" && e["name"] == "say";
+  }
+  EXPECT_EQ(says, 1) << trace.body.substr(0, 2000);
+  for (size_t rank = 0; rank < 2; ++rank) {
+    const std::string prefix = group_->name() + "/" + std::to_string(rank) + " ";
+    EXPECT_TRUE(std::any_of(tracks.begin(), tracks.end(), [&](const std::string& t) {
+      return t.rfind(prefix, 0) == 0;
+    })) << prefix;
+  }
 
   troupe::Worker fresh = group_->recreate_worker(1);
   ASSERT_EQ(fresh.name(), workers_[1].name() + "-r1");
@@ -409,7 +435,7 @@ TEST_F(DashboardCluster, ChromiumRendersThePageAndKeepsAScreenshot) {
   EXPECT_HAS(dom, "<td>" + workers_[0].name() + "</td>");
   EXPECT_HAS(dom, "<td>hold for ");
   EXPECT_HAS(dom, "group " + group_->name());
-  EXPECT_LACKS(dom, "refresh failed");
+  EXPECT_HAS(dom, "<span id=\"error\" class=\"error\"></span>");  // no "refresh failed"
   EXPECT_LACKS(dom, "<span id=\"refreshed\">never</span>");
 
   const std::string dir = TROUPE_ARTIFACTS_DIR;
