@@ -210,6 +210,9 @@ std::string Dashboard::serve() {
   server_->get("/", [] {
     return transport::HttpReply{200, "text/html; charset=utf-8", kDashboardPage};
   });
+  server_->get("/timeline", [] {
+    return transport::HttpReply{200, "text/html; charset=utf-8", kTimelinePage};
+  });
   server_->get("/api/state", [this] {
     return transport::HttpReply{200, "application/json", state_json()};
   });

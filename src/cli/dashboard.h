@@ -11,6 +11,8 @@
 //                  with its own deadline: it answers within about kStateBudget whatever the
 //                  agents do. A host the head says is up whose agent does not answer in time is
 //                  "not answering"; one the head lost is "lost".
+//   /timeline      a view of /timeline.json (timeline_page.cc): a row per worker track, calls
+//                  as bars, instants as ticks; zoom and pan
 //   /timeline.json the cluster's timeline as a Chrome trace, from DashboardOptions::timeline
 //                  (`troupe start --head`: collect_timeline, as `troupe timeline` does); 503 with
 //                  the reason when it throws (no running worker) or is not set
@@ -74,6 +76,8 @@ class Dashboard {
 
 // The page served at / (dashboard_page.cc).
 extern const char* const kDashboardPage;
+// The timeline view (timeline_page.cc), served at /timeline.
+extern const char* const kTimelinePage;
 
 // How many times a worker was recreated, from WorkerGroup's naming of recreated workers
 // (controller/worker_group_restart.cc): NAME-rK is the K-th; any other name 0.

@@ -31,7 +31,8 @@ pre { margin: 0; font-size: 12px; max-width: 60em; white-space: pre-wrap; }
 <h1>troupe</h1>
 <div id="head" class="note"></div>
 <div>last refresh: <span id="refreshed">never</span> <span id="error" class="error"></span></div>
-<p><a href="/timeline.json" download="timeline.json">download the timeline</a>
+<p><a href="/timeline">view the timeline</a> &middot;
+<a href="/timeline.json" download="timeline.json">download it</a>
 (Chrome trace JSON; open it in chrome://tracing or ui.perfetto.dev) &middot;
 <a href="/api/state">this state as JSON</a></p>
 <h2>Hosts</h2>

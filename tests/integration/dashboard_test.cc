@@ -251,7 +251,7 @@ class DashboardCluster : public testing::Test {
 // that then serves the page and the state; /timeline.json says why it has nothing. An agent
 // refuses --dashboard-port.
 TEST_F(DashboardCluster, EveryEndpointNeedsTheToken) {
-  for (const char* path : {"/", "/api/state", "/timeline.json"}) {
+  for (const char* path : {"/", "/api/state", "/timeline", "/timeline.json"}) {
     for (const std::string& headers : {std::string(), std::string("Authorization: Bearer x\r\n")}) {
       HttpAnswer r = http_get(dashboard_, path, headers);
       EXPECT_EQ(r.status, 401) << path << " " << headers << r.head;
@@ -414,19 +414,20 @@ TEST_F(DashboardCluster, AnswersWithinASecondWithAStoppedAgentOrSilentClients) {
 
 // Debian's Chromium opens the login URL as a user would (the cookie, then the page, which
 // fetches /api/state): the DOM it renders shows both hosts, the worker and the method it runs.
-// A screenshot of the page is kept as a test artifact.
+// A screenshot of the page is kept as a test artifact, and one of the timeline view.
 TEST_F(DashboardCluster, ChromiumRendersThePageAndKeepsAScreenshot) {
   if (::access(kChromium, X_OK) != 0)
     GTEST_SKIP() << kChromium << " is not installed (Debian package chromium)";
   ASSERT_NO_FATAL_FAILURE(start_group());
   auto held = workers_[0].call("hold", {{"path", release_.path}});
   wait_for_call(workers_[0].name(), "hold");
-  const std::string url = "http://" + dashboard_ + "/login?token=" + kToken + "&next=/";
-  auto chromium = [&](const std::string& what) {
+  auto chromium = [&](const std::string& what, const std::string& page = "/",
+                      const std::string& window = "1280,600") {
+    const std::string url = "http://" + dashboard_ + "/login?token=" + kToken + "&next=" + page;
     TempDir profile;
     return run_to_completion({kChromium, "--headless=new", "--no-sandbox", "--disable-gpu",
                               "--user-data-dir=" + profile.path(), "--virtual-time-budget=5000",
-                              "--window-size=1280,900", what, url},
+                              "--window-size=" + window, what, url},
                              60s);
   };
   const std::string dom = chromium("--dump-dom");
@@ -449,6 +450,23 @@ TEST_F(DashboardCluster, ChromiumRendersThePageAndKeepsAScreenshot) {
   std::printf("dashboard screenshot: %s\n", png.c_str());
   release_.now();
   EXPECT_TRUE(held.wait_for(kDeadline));
+
+  // The timeline view draws the collected trace: a row per worker of the group, a bar per
+  // finished call (hold on rank 0, say on rank 1) with the method in its tooltip.
+  ASSERT_TRUE(workers_[1].call("say", {{"line", "for the timeline"}}).wait_for(kDeadline));
+  const std::string view = chromium("--dump-dom", "/timeline");
+  EXPECT_HAS(view, "<div id=\"error\" class=\"error\"></div>");  // no "no timeline: ..."
+  for (size_t rank = 0; rank < 2; ++rank)
+    EXPECT_HAS(view, ">" + group_->name() + "/" + std::to_string(rank) + " " +
+                         workers_[rank].name() + " (pid ");
+  EXPECT_TRUE(std::regex_search(view, std::regex("class=\"span\"><title>hold \\[call\\]")))
+      << view.substr(0, 4000);
+  EXPECT_TRUE(std::regex_search(view, std::regex("class=\"span\"><title>say \\[call\\]")));
+  const std::string timeline_png = dir + "/timeline.png";
+  std::filesystem::remove(timeline_png);
+  const std::string shot = chromium("--screenshot=" + timeline_png, "/timeline", "1280,200");
+  EXPECT_EQ(read_file(timeline_png).substr(0, 8), "\x89PNG\r\n\x1a\n") << shot;
+  std::printf("timeline screenshot: %s\n", timeline_png.c_str());
 }
 
 }  // namespace
