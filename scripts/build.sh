@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: scripts/build.sh [release|asan|tsan|fuzz] [TARGET...]
-#   release (default): build/      -DCMAKE_BUILD_TYPE=RelWithDebInfo
+#   release (default): build/      -DCMAKE_BUILD_TYPE=RelWithDebInfo (-O2; debug info: see below)
 #   asan:              build-asan/ -DTROUPE_SANITIZE=ON (ASan + UBSan), Debug, no benchmarks
 #   tsan:              build-tsan/ -DTROUPE_SANITIZE_THREAD=ON (ThreadSanitizer), RelWithDebInfo,
 #                      no benchmarks
@@ -42,6 +42,12 @@ esac
 if (($# > 0)); then
   targets=(--target "$@")
 fi
+# Debug information: line tables only (-g1) unless TROUPE_FULL_DEBUG=1 (-g, for a debugger's
+# view of variables and types). Line tables are what stacks need (eu-stack, `troupe stack`,
+# sanitizer reports), and -g took twice the compile time of -g1 on the library.
+debug=-g1
+[[ "${TROUPE_FULL_DEBUG:-0}" == 1 ]] && debug=-g
+args+=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 $debug -DNDEBUG" -DCMAKE_CXX_FLAGS_DEBUG="$debug")
 # Unity build (CMakeLists.txt: TROUPE_UNITY_BUILD) unless TROUPE_UNITY=0, e.g. for incremental
 # work on one file.
 args+=(-DTROUPE_UNITY_BUILD="$([[ "${TROUPE_UNITY:-1}" == 0 ]] && echo OFF || echo ON)")

@@ -7,7 +7,9 @@
 namespace troupe::cli {
 namespace {
 
-std::string str(const Value* v) { return v && v->is_string() ? v->as_string() : std::string(); }
+std::string host_field(const Value* v) {
+  return v && v->is_string() ? v->as_string() : std::string();
+}
 
 std::chrono::milliseconds left(Clock::time_point deadline) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -23,7 +25,7 @@ std::vector<AgentHost> hosts_of(const Value& head_status) {
   for (const auto& h : hosts->as_array()) {
     if (!h.is_map()) continue;
     const Value* alive = h.find("alive");
-    out.push_back(AgentHost{str(h.find("name")), str(h.find("tcp_endpoint")),
+    out.push_back(AgentHost{host_field(h.find("name")), host_field(h.find("tcp_endpoint")),
                             alive && alive->is_bool() && alive->as_bool()});
   }
   return out;

@@ -63,7 +63,7 @@ std::string join(const std::vector<std::string>& items, const char* sep = ", ") 
 }
 
 // The file's last `lines` lines, each on a line of its own after "\n  ".
-std::string log_tail(const std::string& path, size_t lines) {
+std::string log_tail_indented(const std::string& path, size_t lines) {
   std::string out;
   for (const auto& l : last_lines(path, lines)) out += "\n  " + l;
   return out.empty() ? "\n  (nothing)" : out;
@@ -71,7 +71,7 @@ std::string log_tail(const std::string& path, size_t lines) {
 
 // The stop signals, blocked in every thread of this process (set before any thread starts):
 // only next_signal takes them.
-sigset_t block_stop_signals() {
+sigset_t block_job_stop_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -130,7 +130,7 @@ struct Child {
 // all in its destructor.
 class SlurmRun {
  public:
-  explicit SlurmRun(const SlurmOptions& o) : o_(o), signals_(block_stop_signals()) {}
+  explicit SlurmRun(const SlurmOptions& o) : o_(o), signals_(block_job_stop_signals()) {}
   ~SlurmRun() { stop(); }
 
   int run() {
@@ -298,13 +298,14 @@ class SlurmRun {
         throw Error(ErrorCode::kWorkerDied,
                     "the agent step ended (srun " + srun_.status.describe() +
                         ") before the agents of " + join(missing) + " registered (agent binary " +
-                        agent_binary_ + "); srun's output:" + log_tail(agents_log_, 20));
+                        agent_binary_ + "); srun's output:" + log_tail_indented(agents_log_, 20));
       if (Clock::now() >= deadline)
         throw Error(ErrorCode::kTimeout,
                     "the agents of " + join(missing) + " did not register within " +
                         std::to_string(o_.timeout_s) + " s (" + std::to_string(joined) + " of " +
                         std::to_string(nodes_.size()) + " registered; agent binary " +
-                        agent_binary_ + "); srun's output so far:" + log_tail(agents_log_, 20));
+                        agent_binary_ +
+                        "); srun's output so far:" + log_tail_indented(agents_log_, 20));
       if (int sig = next_signal(signals_, 50ms)) {
         say(std::string("got ") + ::strsignal(sig) + " before the agents registered; stopping");
         return sig;
@@ -331,7 +332,7 @@ class SlurmRun {
       if (!agents_gone && srun_.poll()) {
         agents_gone = true;
         say("warning: the agent step ended (srun " + srun_.status.describe() +
-            ") while the driver runs; srun's output:" + log_tail(agents_log_, 10));
+            ") while the driver runs; srun's output:" + log_tail_indented(agents_log_, 10));
       }
       if (int sig = next_signal(signals_, 50ms)) {
         say(std::string("got ") + ::strsignal(sig) + "; passing it to the driver (pid " +

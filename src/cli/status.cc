@@ -23,7 +23,7 @@
 namespace troupe::cli {
 namespace {
 
-namespace fs = std::filesystem;
+namespace stdfs = std::filesystem;
 namespace control = wire::control;
 
 std::string mib(const Value* v) {
@@ -178,13 +178,13 @@ Value with_agents(Value status, const std::string& token) {
 }  // namespace
 
 std::string newest_session() {
-  fs::path base = env::get_or("TMPDIR", "/tmp") + "/troupe-" + std::to_string(::getuid());
+  stdfs::path base = env::get_or("TMPDIR", "/tmp") + "/troupe-" + std::to_string(::getuid());
   std::error_code ec;
   std::string best;
-  fs::file_time_type best_time;
-  for (const auto& e : fs::directory_iterator(base, ec)) {
-    if (!fs::exists(internal::socket_dir_of(e.path().string()) + "/head.sock", ec)) continue;
-    auto t = fs::last_write_time(e.path(), ec);
+  stdfs::file_time_type best_time;
+  for (const auto& e : stdfs::directory_iterator(base, ec)) {
+    if (!stdfs::exists(internal::socket_dir_of(e.path().string()) + "/head.sock", ec)) continue;
+    auto t = stdfs::last_write_time(e.path(), ec);
     if (best.empty() || t > best_time) {
       best = e.path().string();
       best_time = t;

@@ -13,7 +13,9 @@
 namespace troupe::cli {
 namespace {
 
-std::string str(const Value* v) { return v && v->is_string() ? v->as_string() : std::string(); }
+std::string worker_field(const Value* v) {
+  return v && v->is_string() ? v->as_string() : std::string();
+}
 
 }  // namespace
 
@@ -49,14 +51,14 @@ std::vector<SelectedWorker> select_workers(const std::vector<std::vector<Agents:
     const auto& listed = lists[h][0].value;
     if (!listed || !listed->is_array()) continue;
     for (const auto& w : listed->as_array()) {
-      const std::string name = str(w.find("name")), shown = user_name(name);
+      const std::string name = worker_field(w.find("name")), shown = user_name(name);
       known.insert(shown);
       if (!seen.insert({h, name}).second) continue;  // an exit of a name started again
       const Value* alive = w.find("alive");
       if (running_only && !(alive && alive->is_bool() && alive->as_bool())) continue;
       if (name == target || shown == target)
         exact.push_back({h, name});
-      else if (str(w.find("group")) == target || shown.rfind(target, 0) == 0 ||
+      else if (worker_field(w.find("group")) == target || shown.rfind(target, 0) == 0 ||
                name.rfind(target, 0) == 0)
         group.push_back({h, name});
     }
