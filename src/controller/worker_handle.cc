@@ -280,6 +280,9 @@ void WorkerState::mark_dead(const Error& error) {
   std::vector<QueuedCall> queued;
   std::vector<std::shared_ptr<internal::FutureState>> orphans;
   std::shared_ptr<WorkerClient> client;
+  // Destroyed here, not with the state: a Worker handle may outlive its Cluster and the
+  // io_context the timer belongs to.
+  std::unique_ptr<asio::steady_timer> report_timer;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ == Status::kDead) return;
@@ -288,8 +291,9 @@ void WorkerState::mark_dead(const Error& error) {
     queued.swap(queued_);
     orphans.swap(orphans_);
     client.swap(client_);
-    if (report_timer_) report_timer_->cancel();
+    report_timer.swap(report_timer_);
   }
+  if (report_timer) report_timer->cancel();
   record_instant("death", "death", error.message());
   ready_->set_error(error);
   died_->set_value(error.message());

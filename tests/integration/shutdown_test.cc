@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <regex>
 #include <set>
 #include <string>
@@ -186,6 +187,32 @@ TEST(ClusterShutdown, DestructionWithoutShutdownLeavesNoProcess) {
   }
   EXPECT_LT(seconds_since(t0), 15.0);
   EXPECT_TRUE(procs.all_gone(10s));
+}
+
+// A Worker handle may outlive its Cluster: here one whose process died in a call (its state
+// waited for the agent's exit report on a timer of the cluster's I/O loop) is destroyed after
+// the cluster; the call has failed with the death, and nothing is touched after it was freed
+// (the ASan variant checks the last part).
+TEST(ClusterShutdown, AWorkerHandleOutlivesItsClusterAfterADeathInACall) {
+  std::optional<Worker> survivor;
+  {
+    Cluster cluster(quiet_cluster(1, 1, 2));
+    troupe::WorkerOptions o;
+    o.class_name = "FailProbe";
+    o.name = "survivor";
+    survivor = cluster.start_worker(o);
+    const auto pid = static_cast<pid_t>(survivor->call("pid").get(kDeadline).as_int());
+    auto in_flight = survivor->call("sleep_ms", {{"ms", 60000}});
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    try {
+      in_flight.get(kDeadline);
+      FAIL() << "a call outlived its worker";
+    } catch (const troupe::Error& e) {
+      EXPECT_EQ(e.code(), troupe::ErrorCode::kWorkerDied) << e.what();
+    }
+  }
+  EXPECT_FALSE(survivor->alive());
+  survivor.reset();
 }
 
 // The process ids in `troupe status` output: agents ("agent pid N") and workers ("pid N").
