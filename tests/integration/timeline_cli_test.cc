@@ -103,7 +103,7 @@ class StandingTimeline : public testing::Test {
     envs_.set("TMPDIR", dir_.path());
     envs_.set("TROUPE_TOKEN", "timeline-cli-test-token");
     head_ = spawn_to_file({TROUPE_CLI_PATH, "start", "--head", "--block", "--node-ip-address",
-                           "127.0.0.1", "--port", "0"},
+                           "127.0.0.1", "--port", "0", "--host-lost-ms", "10000"},
                           dir_.path() + "/head.log");
     std::smatch m;
     std::regex listening(R"(listening on (127\.0\.0\.1:\d+))");
@@ -122,7 +122,7 @@ class StandingTimeline : public testing::Test {
     for (const auto& [name, ip] : {std::pair{"tl-a", "127.0.0.43"}, {"tl-b", "127.0.0.44"}})
       agents_.push_back(spawn_to_file(
           {TROUPE_CLI_PATH, "start", "--address", address_, "--block", "--node-ip-address", ip,
-           "--host-name", name, "--num-cpus", "2", "--num-gpus", "0"},
+           "--host-name", name, "--num-cpus", "2", "--num-gpus", "0", "--host-lost-ms", "10000"},
           dir_.path() + "/agent-" + name + ".log"));
     std::regex a(R"(\n  tl-a .* up )"), b(R"(\n  tl-b .* up )");
     std::string out;
@@ -175,6 +175,7 @@ class StandingTimeline : public testing::Test {
 TEST_F(StandingTimeline, WritesEveryWorkersCallsOnAlignedClocks) {
   auto options = troupe::ClusterOptions::local(1);  // TROUPE_ADDRESS: the standing head
   options.log_to_driver = false;
+  options.host_lost_timeout = 10s;  // as the head and agents: a loaded (sanitizer) run is slow
   troupe::Cluster driver(options);
   const int64_t window_begin = monotonic_ns();
   std::unique_ptr<troupe::VirtualCluster> vc;
@@ -240,6 +241,7 @@ TEST_F(StandingTimeline, WritesEveryWorkersCallsOnAlignedClocks) {
 TEST_F(StandingTimeline, AStoppedWorkerIsMissingAndTheOthersAreWritten) {
   auto options = troupe::ClusterOptions::local(1);
   options.log_to_driver = false;
+  options.host_lost_timeout = 10s;  // as the head and agents: a loaded (sanitizer) run is slow
   troupe::Cluster driver(options);
   std::unique_ptr<troupe::VirtualCluster> vc;
   auto group = start_group(driver, vc, "tlstop");
