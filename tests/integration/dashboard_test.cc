@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "integration/failure_classes.h"
+#include "integration/standing_cluster.h"
 #include "test_util.h"
 #include "troupe/troupe.h"
 
@@ -139,21 +140,17 @@ class DashboardCluster : public testing::Test {
     envs_.set("TROUPE_TOKEN", kToken);
     // --host-lost-ms 60000: a SIGSTOPped agent stays "up" for the head (what the dashboard says
     // of such a host is the subject, not host loss).
-    head_ = spawn_to_file(
-        {TROUPE_CLI_PATH, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port",
-         "0", "--dashboard-port", "0", "--host-lost-ms", "60000"},
-        dir_.path() + "/head.log");
-    address_ = wait_for_line(R"(listening on (127\.0\.0\.1:\d+))");
-    dashboard_ = wait_for_line(R"(troupe head dashboard at http://(127\.0\.0\.1:\d+)/)");
-    ASSERT_FALSE(address_.empty() || dashboard_.empty());
+    ASSERT_TRUE(cluster_.start_head({"--dashboard-port", "0", "--host-lost-ms", "60000"}));
+    address_ = cluster_.address();
+    dashboard_ =
+        cluster_.wait_for_head_line(R"(troupe head dashboard at http://(127\.0\.0\.1:\d+)/)");
+    ASSERT_FALSE(dashboard_.empty());
     envs_.set("TROUPE_ADDRESS", address_);
-    for (const auto& [name, ip, cpus] :
-         {std::tuple{"dash-a", "127.0.0.61", "3"}, {"dash-b", "127.0.0.62", "2"}})
-      agents_.push_back(spawn_to_file(
-          {TROUPE_CLI_PATH, "start", "--address", address_, "--block", "--node-ip-address", ip,
-           "--host-name", name, "--num-cpus", cpus, "--num-gpus", "0", "--host-lost-ms", "60000"},
-          dir_.path() + "/agent-" + name + ".log"));
-    // Ready once the dashboard shows both hosts up.
+    ASSERT_TRUE(
+        cluster_.start_agents({{"dash-a", "127.0.0.61", "3"}, {"dash-b", "127.0.0.62", "2"}},
+                              {"--host-lost-ms", "60000"}));
+    agents_ = cluster_.agents();
+    // Ready once the dashboard shows both hosts up too.
     json s;
     if (!eventually(
             [&] {
@@ -162,42 +159,14 @@ class DashboardCluster : public testing::Test {
               return a && b && (*a)["state"] == "up" && (*b)["state"] == "up";
             },
             kDeadline))
-      FAIL() << "the agents did not join: " << s.dump() << "\n"
-             << read_file(dir_.path() + "/head.log");
+      FAIL() << "the dashboard does not show the agents: " << s.dump();
   }
   void TearDown() override {
     release_.now();  // the driver goes first, while the agents that stop its workers are there
     group_.reset();
     vc_.reset();
     driver_.reset();
-    for (pid_t pid : agents_) ::kill(pid, SIGCONT);
-    std::vector<pid_t> all = agents_;
-    all.push_back(head_);
-    for (pid_t pid : all) {
-      if (pid <= 0) continue;
-      ::kill(pid, SIGTERM);
-      int status = 0;
-      if (!eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 10s)) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-      }
-    }
-  }
-
-  // Waits for `pattern` in the head's log; returns its first group ("" on timeout).
-  std::string wait_for_line(const std::string& pattern) {
-    std::smatch m;
-    std::regex re(pattern);
-    std::string text;
-    if (eventually(
-            [&] {
-              text = read_file(dir_.path() + "/head.log");
-              return std::regex_search(text, m, re);
-            },
-            kDeadline))
-      return m[1];
-    ADD_FAILURE() << "no /" << pattern << "/ in the head's log:\n" << text;
-    return {};
+    cluster_.stop();
   }
 
   // /api/state with the token, parsed (null when it did not answer 200 with JSON).
@@ -237,7 +206,7 @@ class DashboardCluster : public testing::Test {
 
   TempDir dir_;
   ScopedEnvs envs_;
-  pid_t head_ = -1;
+  StandingCluster cluster_{TROUPE_CLI_PATH, dir_.path()};
   std::vector<pid_t> agents_;
   std::string address_, dashboard_;
   std::unique_ptr<troupe::Cluster> driver_;

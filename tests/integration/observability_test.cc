@@ -16,35 +16,12 @@
 #include <vector>
 
 #include "integration/failure_classes.h"
+#include "integration/standing_cluster.h"
 #include "test_util.h"
 #include "troupe/troupe.h"
 
 namespace troupe_failure {
 namespace {
-
-// A finished command: exit code (-1 when it had to be killed) and its stdout and stderr.
-struct Ran {
-  int exit_code = -1;
-  std::string output;
-};
-
-// Runs `argv`, killing it after `deadline` (a failure); returns its exit code and output.
-Ran run(const std::vector<std::string>& argv, std::chrono::milliseconds deadline) {
-  TempDir dir;
-  const std::string out = dir.path() + "/output";
-  pid_t pid = spawn_to_file(argv, out);
-  int status = 0;
-  Ran r;
-  if (!eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, deadline)) {
-    ADD_FAILURE() << argv[1] << " did not finish within " << deadline.count() << " ms";
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  } else if (WIFEXITED(status)) {
-    r.exit_code = WEXITSTATUS(status);
-  }
-  r.output = read_file(out);
-  return r;
-}
 
 // A head on 127.0.0.1 and the agents obs-a (127.0.0.41) and obs-b (127.0.0.42), 2 CPUs each;
 // this process is a driver of it (TROUPE_ADDRESS). Stopped at the end.
@@ -53,64 +30,23 @@ class TwoHostCluster : public testing::Test {
   TwoHostCluster() {
     envs_.set("TMPDIR", dir_.path());
     envs_.set("TROUPE_TOKEN", "observability-test-token");
-    head_ = spawn_to_file({TROUPE_CLI_PATH, "start", "--head", "--block", "--node-ip-address",
-                           "127.0.0.1", "--port", "0",
-                           // a SIGSTOPped agent stays "up" for the head (this test's subject is
-                           // what status and logs say of such a host, not host loss)
-                           "--host-lost-ms", "60000"},
-                          dir_.path() + "/head.log");
-    std::smatch m;
-    std::regex listening(R"(listening on (127\.0\.0\.1:\d+))");
-    std::string log;
-    if (!eventually(
-            [&] {
-              log = read_file(dir_.path() + "/head.log");
-              return std::regex_search(log, m, listening);
-            },
-            kDeadline)) {
-      ADD_FAILURE() << "the head did not start:\n" << log;
-      return;
-    }
-    address_ = m[1];
+    // --host-lost-ms 60000: a SIGSTOPped agent stays "up" for the head (this test's subject is
+    // what status and logs say of such a host, not host loss).
+    if (!cluster_.start_head({"--host-lost-ms", "60000"})) return;
+    address_ = cluster_.address();
     envs_.set("TROUPE_ADDRESS", address_);
-    for (const auto& [name, ip] : {std::pair{"obs-a", "127.0.0.41"}, {"obs-b", "127.0.0.42"}})
-      agents_.push_back(spawn_to_file(
-          {TROUPE_CLI_PATH, "start", "--address", address_, "--block", "--node-ip-address", ip,
-           "--host-name", name, "--num-cpus", "2", "--num-gpus", "0"},
-          dir_.path() + "/agent-" + name + ".log"));
-    std::regex a(R"(\n  obs-a .* up )"), b(R"(\n  obs-b .* up )");
-    std::string out;
-    if (!eventually(
-            [&] {
-              out = "\n" + status().output;
-              return std::regex_search(out, a) && std::regex_search(out, b);
-            },
-            kDeadline))
-      ADD_FAILURE() << "the agents did not join:" << out;
+    cluster_.start_agents({{"obs-a", "127.0.0.41"}, {"obs-b", "127.0.0.42"}});
+    agents_ = cluster_.agents();
   }
-  ~TwoHostCluster() override {
-    for (pid_t pid : agents_) ::kill(pid, SIGCONT);
-    std::vector<pid_t> all = agents_;
-    all.push_back(head_);
-    for (pid_t pid : all) {
-      if (pid <= 0) continue;
-      ::kill(pid, SIGTERM);
-      int status = 0;
-      if (!eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 10s)) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-      }
-    }
-  }
-  Ran status() { return run({TROUPE_CLI_PATH, "status", "--address", address_}, kDeadline); }
-  Ran logs(std::vector<std::string> args) {
+  CommandRun status() { return cluster_.status(); }
+  CommandRun logs(std::vector<std::string> args) {
     args.insert(args.begin(), {TROUPE_CLI_PATH, "logs", "--address", address_});
-    return run(args, kDeadline);
+    return run_command(args, kDeadline);
   }
 
   TempDir dir_;
   ScopedEnvs envs_;
-  pid_t head_ = -1;
+  StandingCluster cluster_{TROUPE_CLI_PATH, dir_.path()};
   std::vector<pid_t> agents_;
   std::string address_;
 };
@@ -122,11 +58,12 @@ class TwoHostCluster : public testing::Test {
 TEST_F(TwoHostCluster, StatusShowsAStoppedAgentAsNotAnswering) {
   ASSERT_EQ(agents_.size(), 2u);
   ASSERT_EQ(::kill(agents_[1], SIGSTOP), 0);
-  Ran r = run({TROUPE_CLI_PATH, "status", "--address", address_}, 3s);
+  CommandRun r = run_command({TROUPE_CLI_PATH, "status", "--address", address_}, 3s);
   // `troupe logs` does not wait for it either, and says which host did not answer.
-  Ran logs = run({TROUPE_CLI_PATH, "logs", "--address", address_, "some-worker"}, 3s);
+  CommandRun logs =
+      run_command({TROUPE_CLI_PATH, "logs", "--address", address_, "some-worker"}, 3s);
   // Nor does `troupe stack` (every worker of every host): it says the host does not answer.
-  Ran stack = run({TROUPE_CLI_PATH, "stack", "--address", address_}, 3s);
+  CommandRun stack = run_command({TROUPE_CLI_PATH, "stack", "--address", address_}, 3s);
   ::kill(agents_[1], SIGCONT);
   EXPECT_EQ(stack.exit_code, 1) << stack.output;
   EXPECT_HAS(stack.output, "=== host obs-b: not answering: the agent of obs-b at tcp:127.0.0.42:");
@@ -168,7 +105,7 @@ TEST_F(TwoHostCluster, LogsReadsWorkersThroughTheirAgentsAlsoAfterDeath) {
   }
   // The agent writes the lines to the log as it reads them from the worker's pipe.
   const std::string third0 = prefixes[0] + names[0] + " says third\n";
-  Ran r;
+  CommandRun r;
   EXPECT_TRUE(eventually(
       [&] {
         return (r = logs({names[0], "--tail", "1"})).output == third0;
@@ -235,11 +172,11 @@ TEST(EmbeddedClusterLogs, ReadsAWorkerThroughItsAgent) {
   ASSERT_TRUE(w.call("say", {{"line", "hello from the embedded host"}}).wait_for(kDeadline));
   const std::string want =
       "(" + w.name() + " pid=" + std::to_string(w.pid()) + ") hello from the embedded host\n";
-  Ran r;
+  CommandRun r;
   EXPECT_TRUE(eventually(
       [&] {
-        return (r = run({TROUPE_CLI_PATH, "logs", "solo", "--tail", "1"}, kDeadline)).output ==
-               want;
+        return (r = run_command({TROUPE_CLI_PATH, "logs", "solo", "--tail", "1"}, kDeadline))
+                   .output == want;
       },
       kDeadline))
       << r.output;

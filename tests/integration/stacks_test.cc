@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "integration/failure_classes.h"
+#include "integration/standing_cluster.h"
 #include "test_util.h"
 #include "troupe/troupe.h"
 
@@ -58,33 +59,6 @@ TROUPE_WORKER_CLASS(CollectiveProbe, cls) {
 
 namespace troupe_failure {
 namespace {
-
-struct Ran {
-  int exit_code = -1;
-  std::string output;
-  std::chrono::milliseconds took{0};
-};
-
-// Runs `argv`, killing it after `deadline` (a failure); returns its exit code and output.
-Ran run(const std::vector<std::string>& argv, std::chrono::milliseconds deadline) {
-  TempDir dir;
-  const std::string out = dir.path() + "/output";
-  const auto start = std::chrono::steady_clock::now();
-  pid_t pid = spawn_to_file(argv, out);
-  int status = 0;
-  Ran r;
-  if (!eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, deadline)) {
-    ADD_FAILURE() << argv[1] << " did not finish within " << deadline.count() << " ms";
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  } else if (WIFEXITED(status)) {
-    r.exit_code = WEXITSTATUS(status);
-  }
-  r.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                                 start);
-  r.output = read_file(out);
-  return r;
-}
 
 // The part of `troupe stack`'s output about worker `name`: from its header to the next one.
 std::string section_of(const std::string& output, const std::string& name) {
@@ -130,7 +104,7 @@ TEST_F(HungGroup, TroupeStackNamesTheBlockedRankItsCallAndItsFrame) {
   ASSERT_EQ(workers_.size(), 3u);
   auto f = hang_rank_1();
   std::this_thread::sleep_for(std::chrono::milliseconds(150));  // so that it ran >= 0.1 s
-  Ran r = run({TROUPE_CLI_PATH, "stack", "ring"}, 6s);
+  CommandRun r = run_command({TROUPE_CLI_PATH, "stack", "ring"}, 6s);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   if (std::getenv("STACKS_TEST_SHOW")) std::fprintf(stderr, "%s", r.output.c_str());
   const std::string one = section_of(r.output, workers_[1].name());
@@ -188,7 +162,7 @@ TEST_F(HungGroup, AStoppedWorkerDoesNotHoldTroupeStackUp) {
   ASSERT_EQ(workers_.size(), 3u);
   auto f = hang_rank_1();
   ASSERT_EQ(::kill(workers_[2].pid(), SIGSTOP), 0);
-  Ran r = run({TROUPE_CLI_PATH, "stack", "ring"}, 6s);
+  CommandRun r = run_command({TROUPE_CLI_PATH, "stack", "ring"}, 6s);
   ::kill(workers_[2].pid(), SIGCONT);
   EXPECT_LT(r.took, std::chrono::milliseconds(5000)) << r.output;
   EXPECT_HAS(section_of(r.output, workers_[1].name()), "fake_allreduce_wait");

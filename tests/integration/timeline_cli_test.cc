@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "integration/failure_classes.h"
+#include "integration/standing_cluster.h"
 #include "test_util.h"
 #include "troupe/troupe.h"
 
@@ -30,29 +31,6 @@ namespace troupe_failure {
 namespace {
 
 using json = nlohmann::json;
-
-struct Ran {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-// Runs `argv`, killing it after `deadline` (a failure); returns its exit code and output.
-Ran run_cli(const std::vector<std::string>& argv, std::chrono::milliseconds deadline) {
-  TempDir dir;
-  const std::string out = dir.path() + "/output";
-  pid_t pid = spawn_to_file(argv, out);
-  int status = 0;
-  Ran r;
-  if (!eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, deadline)) {
-    ADD_FAILURE() << argv[1] << " did not finish within " << deadline.count() << " ms";
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  } else if (WIFEXITED(status)) {
-    r.exit_code = WEXITSTATUS(status);
-  }
-  r.output = read_file(out);
-  return r;
-}
 
 int64_t monotonic_ns() {
   timespec ts{};
@@ -102,55 +80,17 @@ class StandingTimeline : public testing::Test {
   StandingTimeline() {
     envs_.set("TMPDIR", dir_.path());
     envs_.set("TROUPE_TOKEN", "timeline-cli-test-token");
-    head_ = spawn_to_file({TROUPE_CLI_PATH, "start", "--head", "--block", "--node-ip-address",
-                           "127.0.0.1", "--port", "0", "--host-lost-ms", "10000"},
-                          dir_.path() + "/head.log");
-    std::smatch m;
-    std::regex listening(R"(listening on (127\.0\.0\.1:\d+))");
-    std::string log;
-    if (!eventually(
-            [&] {
-              log = read_file(dir_.path() + "/head.log");
-              return std::regex_search(log, m, listening);
-            },
-            kDeadline)) {
-      ADD_FAILURE() << "the head did not start:\n" << log;
-      return;
-    }
-    address_ = m[1];
+    // Host loss after 10 s for the head, agents and driver: a loaded (sanitizer) run is slow.
+    if (!cluster_.start_head({"--host-lost-ms", "10000"})) return;
+    address_ = cluster_.address();
     envs_.set("TROUPE_ADDRESS", address_);
-    for (const auto& [name, ip] : {std::pair{"tl-a", "127.0.0.43"}, {"tl-b", "127.0.0.44"}})
-      agents_.push_back(spawn_to_file(
-          {TROUPE_CLI_PATH, "start", "--address", address_, "--block", "--node-ip-address", ip,
-           "--host-name", name, "--num-cpus", "2", "--num-gpus", "0", "--host-lost-ms", "10000"},
-          dir_.path() + "/agent-" + name + ".log"));
-    std::regex a(R"(\n  tl-a .* up )"), b(R"(\n  tl-b .* up )");
-    std::string out;
-    if (!eventually(
-            [&] {
-              out = "\n" +
-                    run_cli({TROUPE_CLI_PATH, "status", "--address", address_}, kDeadline).output;
-              return std::regex_search(out, a) && std::regex_search(out, b);
-            },
-            kDeadline))
-      ADD_FAILURE() << "the agents did not join:" << out;
+    cluster_.start_agents({{"tl-a", "127.0.0.43"}, {"tl-b", "127.0.0.44"}},
+                          {"--host-lost-ms", "10000"});
   }
-  ~StandingTimeline() override {
-    std::vector<pid_t> all = agents_;
-    all.push_back(head_);
-    for (pid_t pid : all) {
-      if (pid <= 0) continue;
-      ::kill(pid, SIGTERM);
-      int status = 0;
-      if (!eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, 10s)) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-      }
-    }
-  }
-  Ran timeline(std::vector<std::string> args, std::chrono::milliseconds deadline = kDeadline) {
+  CommandRun timeline(std::vector<std::string> args,
+                      std::chrono::milliseconds deadline = kDeadline) {
     args.insert(args.begin(), {TROUPE_CLI_PATH, "timeline", "--address", address_});
-    return run_cli(args, deadline);
+    return run_command(args, deadline);
   }
   // A group of 2 FailProbe workers, one on each host.
   std::unique_ptr<troupe::WorkerGroup> start_group(troupe::Cluster& driver,
@@ -165,8 +105,7 @@ class StandingTimeline : public testing::Test {
 
   TempDir dir_;
   ScopedEnvs envs_;
-  pid_t head_ = -1;
-  std::vector<pid_t> agents_;
+  StandingCluster cluster_{TROUPE_CLI_PATH, dir_.path()};
   std::string address_;
 };
 
@@ -189,7 +128,7 @@ TEST_F(StandingTimeline, WritesEveryWorkersCallsOnAlignedClocks) {
   ASSERT_NE(group->worker(0).host(), group->worker(1).host());
 
   const std::string path = dir_.path() + "/trace.json";
-  Ran r = timeline({"-o", path});
+  CommandRun r = timeline({"-o", path});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_HAS(r.output, "troupe timeline: the driver's track is not in the trace");
   Trace trace(path);
@@ -249,7 +188,7 @@ TEST_F(StandingTimeline, AStoppedWorkerIsMissingAndTheOthersAreWritten) {
   troupe::Worker stopped = group->worker(1);
   ASSERT_EQ(::kill(stopped.pid(), SIGSTOP), 0);
   const std::string path = dir_.path() + "/trace.json";
-  Ran r = timeline({"-o", path, "--timeout", "1"}, 4s);  // 1 s, and time to start and write
+  CommandRun r = timeline({"-o", path, "--timeout", "1"}, 4s);  // 1 s, and time to start and write
   ::kill(stopped.pid(), SIGCONT);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_HAS(r.output, "; missing: " + stopped.name() + ": no connection in time\n");
@@ -264,7 +203,7 @@ TEST_F(StandingTimeline, AStoppedWorkerIsMissingAndTheOthersAreWritten) {
 // A cluster without running workers, and no cluster at all: exit 1 with the reason.
 TEST_F(StandingTimeline, NoWorkerOrNoClusterIsAnError) {
   const std::string path = dir_.path() + "/trace.json";
-  Ran r = timeline({"-o", path});
+  CommandRun r = timeline({"-o", path});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_HAS(r.output, "troupe timeline: no running worker in the cluster\n");
   EXPECT_FALSE(std::ifstream(path).good()) << "a trace was written";
@@ -272,12 +211,12 @@ TEST_F(StandingTimeline, NoWorkerOrNoClusterIsAnError) {
   TempDir empty;  // no session of an embedded cluster
   ScopedEnvs envs;
   envs.set("TMPDIR", empty.path());
-  r = run_cli({TROUPE_CLI_PATH, "timeline", "-o", path}, kDeadline);
+  r = run_command({TROUPE_CLI_PATH, "timeline", "-o", path}, kDeadline);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_HAS(r.output,
              "troupe timeline: no running cluster found (give --address HOST:PORT or "
              "--session DIR)\n");
-  r = run_cli({TROUPE_CLI_PATH, "timeline", "--address", "127.0.0.1:1", "-o", path}, kDeadline);
+  r = run_command({TROUPE_CLI_PATH, "timeline", "--address", "127.0.0.1:1", "-o", path}, kDeadline);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_HAS(r.output, "troupe timeline: ");
   EXPECT_HAS(r.output, "127.0.0.1:1");
@@ -297,7 +236,7 @@ TEST(EmbeddedClusterTimeline, FindsTheNewestSession) {
   for (int i = 0; i < 2; ++i)
     ASSERT_TRUE(group.worker(0).call("echo", {{"x", i}}).wait_for(kDeadline));
   const std::string path = dir.path() + "/trace.json";
-  Ran r = run_cli({TROUPE_CLI_PATH, "timeline", "-o", path}, kDeadline);
+  CommandRun r = run_command({TROUPE_CLI_PATH, "timeline", "-o", path}, kDeadline);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   Trace trace(path);
   EXPECT_EQ(trace.label_of.size(), 1u);

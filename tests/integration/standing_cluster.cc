@@ -1,0 +1,108 @@
+#include "integration/standing_cluster.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <regex>
+
+#include "integration/failure_classes.h"
+#include "test_util.h"
+
+namespace troupe_failure {
+
+CommandRun run_command(const std::vector<std::string>& argv, std::chrono::milliseconds deadline) {
+  TempDir dir;
+  const std::string out = dir.path() + "/output";
+  const auto start = std::chrono::steady_clock::now();
+  pid_t pid = spawn_to_file(argv, out);
+  int status = 0;
+  CommandRun r;
+  if (!eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, deadline)) {
+    ADD_FAILURE() << (argv.size() > 1 ? argv[1] : argv[0]) << " did not finish within "
+                  << deadline.count() << " ms";
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  } else if (WIFEXITED(status)) {
+    r.exit_code = WEXITSTATUS(status);
+  }
+  r.took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                 start);
+  r.output = read_file(out);
+  return r;
+}
+
+StandingCluster::StandingCluster(std::string cli, std::string dir)
+    : cli_(std::move(cli)), dir_(std::move(dir)) {}
+
+StandingCluster::~StandingCluster() { stop(); }
+
+bool StandingCluster::start_head(const std::vector<std::string>& extra) {
+  std::vector<std::string> argv{cli_,        "start",  "--head", "--block", "--node-ip-address",
+                                "127.0.0.1", "--port", "0"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  head_ = spawn_to_file(argv, dir_ + "/head.log");
+  address_ = wait_for_head_line(R"(listening on (127\.0\.0\.1:\d+))");
+  return !address_.empty();
+}
+
+bool StandingCluster::start_agents(const std::vector<StandingHost>& hosts,
+                                   const std::vector<std::string>& extra) {
+  for (const auto& h : hosts) {
+    std::vector<std::string> argv{
+        cli_, "start",       "--address", address_,     "--block", "--node-ip-address",
+        h.ip, "--host-name", h.name,      "--num-cpus", h.cpus,    "--num-gpus",
+        "0"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    agents_.push_back(spawn_to_file(argv, dir_ + "/agent-" + h.name + ".log"));
+  }
+  std::string out;
+  const bool up = eventually(
+      [&] {
+        out = "\n" + status().output;
+        for (const auto& h : hosts)
+          if (!std::regex_search(out, std::regex("\n  " + h.name + " .* up "))) return false;
+        return true;
+      },
+      kDeadline);
+  if (!up) ADD_FAILURE() << "the agents did not join:" << out;
+  return up;
+}
+
+std::string StandingCluster::wait_for_head_line(const std::string& pattern) const {
+  std::smatch m;
+  std::regex re(pattern);
+  std::string text;
+  if (eventually(
+          [&] {
+            text = read_file(dir_ + "/head.log");
+            return std::regex_search(text, m, re);
+          },
+          kDeadline))
+    return m[1];
+  ADD_FAILURE() << "no /" << pattern << "/ in the head's log:\n" << text;
+  return {};
+}
+
+void StandingCluster::stop() {
+  for (pid_t pid : agents_) ::kill(pid, SIGCONT);
+  std::vector<pid_t> all = agents_;
+  all.push_back(head_);
+  for (pid_t pid : all) {
+    if (pid <= 0) continue;
+    ::kill(pid, SIGTERM);
+    int status = 0;
+    if (!eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; },
+                    std::chrono::seconds(10))) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+  }
+  agents_.clear();
+  head_ = -1;
+}
+
+CommandRun StandingCluster::status() const {
+  return run_command({cli_, "status", "--address", address_}, kDeadline);
+}
+
+}  // namespace troupe_failure
