@@ -16,6 +16,17 @@
 // the agent's (which the fork server was exec'd with) is exec'd too: the dynamic loader would
 // have loaded other libraries. A fork server that died or misbehaved (FS-4) is not restarted:
 // its executable is exec'd until the file changes.
+//
+// Python workers (either agent; StartWorker::python_fork: the driver vouches for an interpreter
+// running troupe's bootstrap `-c CODE`): a Python fork server (python/troupe/_fork_server.py),
+// the interpreter running that same bootstrap with TROUPE_ROLE=forkserver, which imports
+// troupe's worker runtime and the preload set (the request's python_preload and the agent's
+// own, each once, sorted) and then forks each worker of that class. Keyed by interpreter path
+// and file identity, bootstrap, preload set, and the variables that decide what the interpreter
+// imports (PYTHON*, LD_LIBRARY_PATH, LD_PRELOAD: the fork server runs with the request's
+// values), so that a forked worker has the modules, sys.path and sys.argv an exec'd one would.
+// Started on the first start that needs it; counted in kMaxServers. A worker whose environment
+// has TROUPE_FORK_SERVER=0 is exec'd.
 #pragma once
 
 #include <sys/types.h>
@@ -27,6 +38,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "agent/fork_server.h"
 
@@ -41,12 +53,19 @@ class ForkServerChoice {
   static constexpr std::chrono::milliseconds kStandingMaxBlock{250};
 
   // `enabled` false: never a fork server. `standing`: the standing agent's rules (above).
-  ForkServerChoice(bool enabled, bool standing) : enabled_(enabled), standing_(standing) {}
+  // `python_preload`: modules every Python fork server of this agent imports.
+  ForkServerChoice(bool enabled, bool standing, std::vector<std::string> python_preload = {})
+      : enabled_(enabled), standing_(standing), python_preload_(std::move(python_preload)) {}
 
   // The fork server that can start a worker of `executable` (no arguments, no wrapper), or null
   // (exec). `vouched`: the driver vouched for the binary; `env`: the worker's environment.
   ForkServer* for_start(const std::string& executable, bool vouched,
                         const std::map<std::string, std::string>& env);
+  // The Python fork server that can start a worker of interpreter `executable` with `args` (the
+  // bootstrap), environment `env` and `preload`, or null (exec).
+  ForkServer* for_python(const std::string& executable, const std::vector<std::string>& args,
+                         const std::map<std::string, std::string>& env,
+                         const std::vector<std::string>& preload);
   // Embedded: starts the fork server of the agent's own executable now (overlapping start-up).
   void start_own();
   // The agent reaped `pid` (maybe a fork server).
@@ -73,12 +92,15 @@ class ForkServerChoice {
   ForkServer* standing_server(const std::string& executable,
                               const std::map<std::string, std::string>& env);
   ForkServer* start(const std::string& executable, const FileId& id);
+  // The file identity of `executable` (an absolute path to a regular file), or false.
+  static bool identify(const std::string& executable, FileId* id);
   // Logs `what` once per executable (bounded).
   void note_once(const std::string& executable, const std::string& what);
 
   bool enabled_;
   bool standing_;
-  std::map<std::string, Entry> servers_;  // by path
+  std::vector<std::string> python_preload_;
+  std::map<std::string, Entry> servers_;  // by path (a Python one: by its key, for_python)
   std::set<std::string> noted_;
 };
 

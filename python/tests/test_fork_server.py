@@ -1,0 +1,127 @@
+"""The Python fork server (python/troupe/_fork_server.py, PFS-1 and PFS-2; the agent's side in
+src/agent/fork_server_choice.h): forked workers are exec'd workers' equals, unsafe preloads are
+refused, a dead fork server costs a fallback to exec, python_preload reaches the workers."""
+
+import os
+import signal
+
+import pytest
+
+import troupe
+
+PROBE = "fork_workers.Probe"
+# Variables that name the worker itself (its agent sets them per worker) or that tell the agent
+# how to start it (TROUPE_FORK_SERVER): the only ones two workers of one class differ by.
+PER_WORKER = {"TROUPE_WORKER_NAME", "TROUPE_WORKER_UNIX", "TROUPE_CONTAINER",
+              "TROUPE_CALL_STATUS", "TROUPE_PYTHON_STACKS", "TROUPE_PYTHON_STACKS_SIGNAL",
+              "TROUPE_READY_FD", "TROUPE_TOKEN_FD", "TROUPE_FORK_SERVER"}
+
+
+def snapshot(worker):
+    worker.ready().result(timeout=60)
+    return worker.call("snapshot").result(timeout=60)
+
+
+def open_kinds(snap):
+    """The kinds of a worker's open descriptors, sorted; a file by its suffix (".pystacks")."""
+    return sorted(os.path.splitext(kind)[1] if kind.startswith("/tmp") else kind
+                  for _, kind in snap["fds"])
+
+
+def without(env):
+    return {k: v for k, v in env.items() if k not in PER_WORKER}
+
+
+def fork_servers(agent_pid):
+    """Pids of the agent's children that are Python fork servers: their environment block says
+    so (so does a forked worker's, FS-2), and they are in the agent's process group (a worker
+    leads its own)."""
+    out = []
+    with open(f"/proc/{agent_pid}/task/{agent_pid}/children") as f:
+        for pid in f.read().split():
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as e:
+                    if b"TROUPE_ROLE=forkserver" in e.read().split(b"\0") and \
+                            os.getpgid(int(pid)) != int(pid):
+                        out.append(int(pid))
+            except OSError:
+                pass
+    return out
+
+
+def test_forked_worker_is_an_exec_d_workers_equal():
+    with troupe.Cluster(num_gpus_per_host=2, log_to_driver=False) as c:
+        agent = c.hosts()[0]["agent_pid"]
+        forked = snapshot(c.start_worker(PROBE, gpus=[1], env={"TROUPE_FORK_SERVER": "1"}))
+        forked2 = snapshot(c.start_worker(PROBE, gpus=[1], env={"TROUPE_FORK_SERVER": "1"}))
+        execd = snapshot(c.start_worker(PROBE, gpus=[1], env={"TROUPE_FORK_SERVER": "0"}))
+        assert forked["forked"] and forked2["forked"] and not execd["forked"]
+        assert len(fork_servers(agent)) == 1
+        agent_cwd = os.readlink(f"/proc/{agent}/cwd")
+        for s in (forked, execd):
+            assert s["pgid"] == s["pid"]  # its own process group
+            assert s["ppid"] == agent
+            assert s["cwd"] == agent_cwd
+            assert s["env"]["CUDA_VISIBLE_DEVICES"] == "1"
+            assert s["c_env"]["CUDA_VISIBLE_DEVICES"] == "1"
+            assert s["fds"][:3] == [(0, "/dev/null"), (1, "pipe"), (2, "pipe")]
+        for field in ("umask", "sigblk", "sigign", "sigcgt", "argv", "path",
+                      "stdout_line_buffering"):
+            assert forked[field] == execd[field], field
+        # The same open files (their numbers differ: an exec'd worker's ready pipe keeps the
+        # agent's number, a forked one's is 3, FS-2).
+        assert open_kinds(forked) == open_kinds(execd)
+        assert without(forked["env"]) == without(execd["env"])
+        assert without(forked["c_env"]) == without(execd["c_env"])
+        assert forked["sigblk"] == "0000000000000000"
+        # Per-process random state: two forked workers draw differently.
+        assert forked["random"] != forked2["random"]
+        # The class module imported the test module itself (nothing preloaded).
+        assert not forked["preloaded_before_import"]
+        assert forked["preload_imported_in"] == forked["pid"]
+
+
+def test_python_preload_reaches_the_worker_before_its_class_module():
+    with troupe.Cluster(log_to_driver=False, python_preload=["fork_preload_mod", "numpy"]) as c:
+        agent = c.hosts()[0]["agent_pid"]
+        a = snapshot(c.start_worker(PROBE))
+        b = snapshot(c.start_worker(PROBE))
+        servers = fork_servers(agent)
+        assert a["forked"] and b["forked"] and len(servers) == 1
+        assert a["preloaded_before_import"] and b["preloaded_before_import"]
+        # Imported once, in the fork server, not again in the workers.
+        assert a["preload_imported_in"] == b["preload_imported_in"] == servers[0]
+        assert a["numpy_random"] != b["numpy_random"]  # numpy's global RNG reseeded per worker
+
+
+def test_python_preload_names_are_checked():
+    with pytest.raises(troupe.InvalidArgumentError, match="not a Python module name"):
+        troupe.Cluster(log_to_driver=False, python_preload=["numpy", "no such,module"])
+    with pytest.raises(ValueError, match="list of module names"):
+        troupe.Cluster(log_to_driver=False, python_preload="numpy")
+
+
+def test_preload_that_starts_a_thread_is_refused_and_workers_are_exec_d(capfd):
+    with troupe.Cluster(log_to_driver=False, python_preload=["fork_thread_mod"]) as c:
+        workers = [c.start_worker(PROBE) for _ in range(2)]
+        snaps = [snapshot(w) for w in workers]
+        assert not any(s["forked"] for s in snaps)
+    err = capfd.readouterr().err
+    refusals = [line for line in err.splitlines() if "not usable" in line]
+    assert len(refusals) == 1, err
+    assert "fork_thread_mod" in refusals[0] and "thread" in refusals[0]
+
+
+def test_dead_fork_server_costs_one_fallback_to_exec(capfd):
+    with troupe.Cluster(log_to_driver=False) as c:
+        agent = c.hosts()[0]["agent_pid"]
+        first = snapshot(c.start_worker(PROBE))
+        assert first["forked"]
+        (server,) = fork_servers(agent)
+        os.kill(server, signal.SIGKILL)
+        later = [c.start_worker(PROBE) for _ in range(3)]
+        snaps = [snapshot(w) for w in later]  # every start succeeds
+        assert not any(s["forked"] for s in snaps)
+    err = capfd.readouterr().err
+    notes = [line for line in err.splitlines() if "not usable" in line]
+    assert len(notes) == 1, err
