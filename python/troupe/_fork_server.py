@@ -10,7 +10,7 @@ environment, answered with the worker's pid. Each worker is forked by an interme
 which puts it in its own process group and exits; the agent, a child subreaper, becomes its
 parent (FS-3 of src/agent/fork_server.h).
 
-Invariants: the PFS-n comments below.
+Invariants: PFS-1 and PFS-2 in src/agent/fork_server_choice.h.
 """
 
 import ctypes
@@ -24,24 +24,8 @@ import struct
 import sys
 import threading
 
-# Invariants (tests: python/tests/test_fork_server.py):
-# PFS-1 Safe fork only: it forks only while it is single-threaded (threading.active_count() is
-#       1 and /proc/self/task has one entry) and CUDA was never initialised in it (torch, when
-#       imported). A preload that breaks this, or fails to import, is refused: the greeting
-#       says no, followed by a message naming the module, which the agent logs; the workers
-#       are exec'd.
-# PFS-2 Same worker as exec: a forked worker goes on from the point of troupe._role.main that an
-#       exec'd worker reaches, with what an exec'd worker has there: its own process group, the
-#       agent as parent and PR_SET_PDEATHSIG SIGKILL, exactly the request's environment in
-#       os.environ and in the C environ (so CUDA_VISIBLE_DEVICES is applied before user code),
-#       cwd and umask, an empty signal mask and the signal dispositions the interpreter had
-#       before the preload, descriptors 0 (/dev/null), 1, 2 (output pipes), 3 (ready), 4
-#       (token) and no other, sys.argv and sys.path as the bootstrap left them, stdout
-#       buffered as for a pipe, and fresh random state (random, numpy's global generator,
-#       torch's default generator back at its initial seed; os.register_at_fork handlers ran).
-#       What stays shared: the modules preloaded (on purpose) and the interpreter's string
-#       hash seed (fixed per interpreter at its start; set PYTHONHASHSEED to make exec'd
-#       workers alike too).
+# Its invariants, PFS-1 (safe fork only) and PFS-2 (same worker as exec), are stated in
+# src/agent/fork_server_choice.h.
 
 import troupe._worker  # noqa: F401  troupe's worker runtime, preloaded for every worker
 
