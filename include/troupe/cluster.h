@@ -42,9 +42,10 @@ struct WorkerExecutable {
   std::string path;                        // absolute, or searched in PATH
   std::vector<std::string> args;           // extra command-line arguments
   std::map<std::string, std::string> env;  // extra environment variables
-  // `path` is a Python interpreter and `args` troupe's worker bootstrap (the Python package's
-  // resolver sets it): the agent may fork the worker from a Python fork server that preloaded
-  // ClusterOptions::python_preload.
+  // `path` is a Python interpreter and `args` run troupe._role (e.g. {"-m", "troupe._role"}; the
+  // Python package's resolver sets it for its bootstrap): the agent may fork the worker from a
+  // Python fork server of that interpreter and arguments that preloaded
+  // ClusterOptions::python_preload (README "Python fork server").
   bool python = false;
 };
 

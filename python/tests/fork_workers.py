@@ -51,3 +51,7 @@ class Probe:
             "preloaded_before_import": PRELOADED_BEFORE_IMPORT,
             "preload_imported_in": fork_preload_mod.IMPORTED_IN_PID,
         }
+
+
+class OtherProbe(Probe):
+    """Probe under another name, to map to another interpreter (python_executables)."""

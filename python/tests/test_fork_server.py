@@ -4,6 +4,7 @@ refused, a dead fork server costs a fallback to exec, python_preload reaches the
 
 import os
 import signal
+import sys
 
 import pytest
 
@@ -125,3 +126,37 @@ def test_dead_fork_server_costs_one_fallback_to_exec(capfd):
     err = capfd.readouterr().err
     notes = [line for line in err.splitlines() if "not usable" in line]
     assert len(notes) == 1, err
+
+
+def test_hung_fork_server_costs_one_fallback_to_exec(capfd):
+    with troupe.Cluster(log_to_driver=False) as c:
+        agent = c.hosts()[0]["agent_pid"]
+        assert snapshot(c.start_worker(PROBE))["forked"]
+        (server,) = fork_servers(agent)
+        os.kill(server, signal.SIGSTOP)  # it answers nothing from now on
+        later = [c.start_worker(PROBE) for _ in range(2)]
+        snaps = [snapshot(w) for w in later]  # the first waits out the request's deadline
+        assert not any(s["forked"] for s in snaps)
+    err = capfd.readouterr().err
+    notes = [line for line in err.splitlines() if "not usable" in line]
+    assert len(notes) == 1 and "no answer" in notes[0], err
+
+
+def test_class_with_its_own_interpreter_gets_its_own_fork_server(tmp_path):
+    other = tmp_path / "python3"  # another interpreter path (as a venv's), the same program
+    other.symlink_to(os.path.realpath(sys.executable))
+    with troupe.Cluster(log_to_driver=False,
+                        python_executables={"fork_workers.OtherProbe": str(other)}) as c:
+        agent = c.hosts()[0]["agent_pid"]
+        a = snapshot(c.start_worker(PROBE))
+        b = snapshot(c.start_worker("fork_workers.OtherProbe"))
+        assert a["forked"] and b["forked"]
+        servers = fork_servers(agent)
+        assert len(servers) == 2
+        exes = sorted(os.readlink(f"/proc/{pid}/exe") for pid in servers)
+        assert exes == [os.path.realpath(sys.executable)] * 2
+        cmdlines = set()
+        for pid in servers:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdlines.add(f.read().split(b"\0")[0])
+        assert cmdlines == {os.fsencode(sys.executable), os.fsencode(str(other))}

@@ -255,7 +255,7 @@ class _Server:
         os.dup2(null, 0)
         for i, fd in enumerate(moved):
             os.dup2(fd, i + 1)  # inheritable, as an exec'd worker's
-        os.closerange(5, 1 << 20)
+        os.closerange(5, 2**31 - 1)  # close_range(2): every descriptor from 5 on
         os.umask(umask)
         if cwd:
             os.chdir(cwd)

@@ -101,7 +101,7 @@ ForkServer* ForkServerChoice::for_python(const std::string& executable,
                                          const std::vector<std::string>& preload) {
   if (!enabled_ || value_or_unset(env, agent_env::kForkServer) == "0") return nullptr;
   FileId id;
-  if (args.size() != 2 || args[0] != "-c" || !identify(executable, &id)) return nullptr;
+  if (args.empty() || !identify(executable, &id)) return nullptr;
   std::set<std::string> modules(preload.begin(), preload.end());
   modules.insert(python_preload_.begin(), python_preload_.end());
   std::string modules_text;
@@ -110,7 +110,8 @@ ForkServer* ForkServerChoice::for_python(const std::string& executable,
   auto imports_env = [](const std::string& k) {
     return k.rfind("PYTHON", 0) == 0 || k == "LD_LIBRARY_PATH" || k == "LD_PRELOAD";
   };
-  std::string key = executable + '\0' + args[1] + '\0' + modules_text;
+  std::string key = executable + '\0' + modules_text;
+  for (const auto& a : args) key += '\0' + a;
   auto vars = env::current();
   for (auto it = vars.begin(); it != vars.end();)
     it = imports_env(it->first) ? vars.erase(it) : ++it;

@@ -18,11 +18,12 @@
 // its executable is exec'd until the file changes.
 //
 // Python workers (either agent; StartWorker::python_fork: the driver vouches for an interpreter
-// running troupe's bootstrap `-c CODE`): a Python fork server (python/troupe/_fork_server.py),
-// the interpreter running that same bootstrap with TROUPE_ROLE=forkserver, which imports
+// whose arguments run troupe._role: the Python package's bootstrap `-c CODE`, or
+// `-m troupe._role`): a Python fork server (python/troupe/_fork_server.py), the interpreter
+// with those same arguments and TROUPE_ROLE=forkserver, which imports
 // troupe's worker runtime and the preload set (the request's python_preload and the agent's
 // own, each once, sorted) and then forks each worker of that class. Keyed by interpreter path
-// and file identity, bootstrap, preload set, and the variables that decide what the interpreter
+// and file identity, arguments, preload set, and the variables that decide what the interpreter
 // imports (PYTHON*, LD_LIBRARY_PATH, LD_PRELOAD: the fork server runs with the request's
 // values), so that a forked worker has the modules, sys.path and sys.argv an exec'd one would.
 // Started on the first start that needs it; counted in kMaxServers. A worker whose environment
@@ -81,8 +82,8 @@ class ForkServerChoice {
   // (exec). `vouched`: the driver vouched for the binary; `env`: the worker's environment.
   ForkServer* for_start(const std::string& executable, bool vouched,
                         const std::map<std::string, std::string>& env);
-  // The Python fork server that can start a worker of interpreter `executable` with `args` (the
-  // bootstrap), environment `env` and `preload`, or null (exec).
+  // The Python fork server that can start a worker of interpreter `executable` with `args` (which
+  // run troupe._role; none: null), environment `env` and `preload`, or null (exec).
   ForkServer* for_python(const std::string& executable, const std::vector<std::string>& args,
                          const std::map<std::string, std::string>& env,
                          const std::vector<std::string>& preload);

@@ -167,8 +167,7 @@ TEST(ForkServerChoice, PythonWorkersThatCannotBeForkedGetNone) {
   ForkServerChoice choice(true, false);
   // This worker's own opt-out.
   EXPECT_EQ(choice.for_python(python, boot, Env{{"TROUPE_FORK_SERVER", "0"}}, {}), nullptr);
-  // Not troupe's bootstrap (`-c CODE`).
-  EXPECT_EQ(choice.for_python(python, {"-m", "troupe._role"}, {}, {}), nullptr);
+  // No arguments: a bare interpreter, not troupe._role.
   EXPECT_EQ(choice.for_python(python, {}, {}, {}), nullptr);
   // An interpreter that is not an absolute path to a file.
   EXPECT_EQ(choice.for_python("python3", boot, {}, {}), nullptr);
