@@ -75,6 +75,11 @@ def test_forked_worker_is_an_exec_d_workers_equal():
         assert without(forked["env"]) == without(execd["env"])
         assert without(forked["c_env"]) == without(execd["c_env"])
         assert forked["sigblk"] == "0000000000000000"
+        # Its container marker (src/agent/containment.h) where /proc shows it: written into the
+        # fork server's placeholder (FS-2: /proc/PID/environ is the fork server's block).
+        with open(f"/proc/{forked['pid']}/environ", "rb") as f:
+            shown = dict(e.split(b"=", 1) for e in f.read().split(b"\0") if b"=" in e)
+        assert shown[b"TROUPE_CONTAINER"].decode() == forked["env"]["TROUPE_CONTAINER"]
         # Per-process random state: two forked workers draw differently.
         assert forked["random"] != forked2["random"]
         # The class module imported the test module itself (nothing preloaded).
@@ -111,6 +116,15 @@ def test_preload_that_starts_a_thread_is_refused_and_workers_are_exec_d(capfd):
     refusals = [line for line in err.splitlines() if "not usable" in line]
     assert len(refusals) == 1, err
     assert "fork_thread_mod" in refusals[0] and "thread" in refusals[0]
+
+
+def test_preload_that_initialises_cuda_is_refused(capfd):
+    with troupe.Cluster(log_to_driver=False, python_preload=["fork_cuda_mod"]) as c:
+        assert not snapshot(c.start_worker(PROBE))["forked"]
+    err = capfd.readouterr().err
+    refusals = [line for line in err.splitlines() if "not usable" in line]
+    assert len(refusals) == 1, err
+    assert "fork_cuda_mod" in refusals[0] and "CUDA is initialised" in refusals[0]
 
 
 def test_dead_fork_server_costs_one_fallback_to_exec(capfd):
