@@ -174,3 +174,30 @@ def test_class_with_its_own_interpreter_gets_its_own_fork_server(tmp_path):
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 cmdlines.add(f.read().split(b"\0")[0])
         assert cmdlines == {os.fsencode(sys.executable), os.fsencode(str(other))}
+
+
+def _gone(pid):
+    """True once `pid` is no process or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_forked_worker_and_fork_server_die_with_their_agent():
+    import time
+
+    c = troupe.Cluster(log_to_driver=False)
+    try:
+        agent = c.hosts()[0]["agent_pid"]
+        snap = snapshot(c.start_worker(PROBE))
+        assert snap["forked"]
+        (server,) = fork_servers(agent)
+        os.kill(agent, signal.SIGKILL)  # PR_SET_PDEATHSIG SIGKILL (FS-3, FS-5), and containment
+        deadline = time.monotonic() + 30
+        while not (_gone(snap["pid"]) and _gone(server)):
+            assert time.monotonic() < deadline, "the worker or fork server outlived its agent"
+            time.sleep(0.01)
+    finally:
+        c.shutdown()
