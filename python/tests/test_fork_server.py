@@ -118,13 +118,15 @@ def test_preload_that_starts_a_thread_is_refused_and_workers_are_exec_d(capfd):
     assert "fork_thread_mod" in refusals[0] and "thread" in refusals[0]
 
 
-def test_preload_that_initialises_cuda_is_refused(capfd):
-    with troupe.Cluster(log_to_driver=False, python_preload=["fork_cuda_mod"]) as c:
+@pytest.mark.parametrize("module, why", [("fork_cuda_mod", "CUDA is initialised"),
+                                         ("fork_fd_mod", "left descriptors")])
+def test_preload_that_initialises_cuda_or_keeps_a_file_is_refused(capfd, module, why):
+    with troupe.Cluster(log_to_driver=False, python_preload=[module]) as c:
         assert not snapshot(c.start_worker(PROBE))["forked"]
     err = capfd.readouterr().err
     refusals = [line for line in err.splitlines() if "not usable" in line]
     assert len(refusals) == 1, err
-    assert "fork_cuda_mod" in refusals[0] and "CUDA is initialised" in refusals[0]
+    assert module in refusals[0] and why in refusals[0]
 
 
 def test_dead_fork_server_costs_one_fallback_to_exec(capfd):

@@ -60,14 +60,30 @@ def _unsafe():
     return None
 
 
+def _open_fds():
+    """This process's open descriptors (not the one that listed them, closed by then)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            os.readlink(f"/proc/self/fd/{fd}")
+            out.add(int(fd))
+        except OSError:
+            pass
+    return out
+
+
 def _preload(names):
     """Imports `names` in order; (hello, message) that says whether it may serve."""
+    fds = _open_fds()
     for name in names:
         try:
             importlib.import_module(name)
         except BaseException as e:  # noqa: BLE001 -- whatever the import raised
             return _HELLO_BAD_SETUP, f"preloading module '{name}' failed: {type(e).__name__}: {e}"
-        why = _unsafe()
+        # A worker closes every descriptor but 0-4; one that a module keeps open (a Python
+        # object would close its number again, by then another file's) makes it unsafe.
+        opened = _open_fds() - fds
+        why = f"it left descriptors {sorted(opened)} open" if opened else _unsafe()
         if why:
             code = _HELLO_THREADS if "thread" in why else _HELLO_BAD_SETUP
             return code, (f"preloading module '{name}' made forking unsafe ({why}); "

@@ -33,7 +33,8 @@
 // python/tests/test_fork_server.py):
 //   PFS-1 Safe fork only: it forks only while it is single-threaded (threading.active_count() is
 //         1 and /proc/self/task has one entry) and CUDA was never initialised in it (torch, when
-//         imported). A preload that breaks this, or fails to import, is refused: the greeting
+//         imported), and no preloaded module left a descriptor open (workers close all but
+//         0-4). A preload that breaks this, or fails to import, is refused: the greeting
 //         says no, followed by a message naming the module, which the agent logs; the workers
 //         are exec'd.
 //   PFS-2 Same worker as exec: a forked worker goes on from the point of troupe._role.main that an
