@@ -42,6 +42,11 @@ struct WorkerExecutable {
   std::string path;                        // absolute, or searched in PATH
   std::vector<std::string> args;           // extra command-line arguments
   std::map<std::string, std::string> env;  // extra environment variables
+  // `path` is a Python interpreter and `args` run troupe._role (e.g. {"-m", "troupe._role"}; the
+  // Python package's resolver sets it for its bootstrap): the agent may fork the worker from a
+  // Python fork server of that interpreter and arguments that preloaded
+  // ClusterOptions::python_preload (README "Python fork server").
+  bool python = false;
 };
 
 // A command prefix for the workers whose names match a glob pattern, e.g.
@@ -81,6 +86,11 @@ struct ClusterOptions {
   // troupe::init). A host that is not such a program (the Python interpreter) names one here.
   // Agents get TROUPE_ROLE=agent and their settings in the environment, plus `env`.
   WorkerExecutable agent_executable;
+  // Modules every host's Python fork server imports once, before it forks any Python worker
+  // (README "Python fork server"), in addition to troupe's worker runtime; the driver's
+  // TROUPE_PYTHON_PRELOAD (comma-separated) adds to them. Each a dotted module name, else the
+  // Cluster constructor throws Error(kInvalidArgument).
+  std::vector<std::string> python_preload;
   // Applied, first match wins, to workers started without their own launch_wrapper.
   std::vector<LaunchWrapperRule> launch_wrappers;
 

@@ -255,8 +255,10 @@ void bind_driver(pyb::module_& m) {
                         std::string session_dir, bool log_to_driver, double start_timeout_s,
                         std::map<std::string, ExeSpec> executables, ExeSpec agent,
                         ExeSpec python_default, std::map<std::string, std::string> python_per_class,
-                        std::string address, int metrics_port) {
+                        std::string address, int metrics_port,
+                        std::vector<std::string> python_preload) {
         ClusterOptions o;
+        o.python_preload = std::move(python_preload);
         o.address = address;
         o.metrics_port = metrics_port;
         o.hosts.clear();
@@ -272,6 +274,7 @@ void bind_driver(pyb::module_& m) {
             [py, python_per_class](const std::string& cls) -> std::optional<WorkerExecutable> {
           if (cls.find('.') == std::string::npos) return std::nullopt;
           WorkerExecutable out = py;
+          out.python = true;  // the interpreter running troupe's bootstrap: may be forked
           if (auto it = python_per_class.find(cls); it != python_per_class.end())
             out.path = it->second;
           else if (auto later = later_python_executable(cls))

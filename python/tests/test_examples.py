@@ -38,3 +38,13 @@ def test_ray_quick_start_prints_41_plus_1():
     # A Python driver's agents run an interpreter with arguments: no fork server of theirs is
     # tried (it would exit and warn). The driver has exited, so its output is complete.
     assert "fork server" not in run.stderr, run.stderr
+
+
+def test_python_preload_example_prints_four_results():
+    package_dir = str(pathlib.Path(troupe.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=package_dir)
+    run = subprocess.run([sys.executable, str(EXAMPLES / "preload.py")], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines() == ["[2.5, 2.5, 2.5, 2.5]"], run.stderr  # [1, 2] * 0.5 + 1
+    assert "not usable" not in run.stderr, run.stderr  # numpy is safe to preload: forked

@@ -32,7 +32,8 @@ def _read_until(stream, pattern, timeout):
 @pytest.fixture(scope="module")
 def standing(tmp_path_factory):
     """(address, token): a head on 127.0.0.1 (any free port) and one agent, py-a, on
-    127.0.0.9 with 2 CPUs and 2 GPUs; both stopped (SIGTERM, then SIGKILL) afterwards."""
+    127.0.0.9 with 2 CPUs and 2 GPUs, whose Python fork servers preload fork_preload_mod
+    (python/tests); both stopped (SIGTERM, then SIGKILL) afterwards."""
     if not os.path.exists(TROUPE_CLI):
         pytest.skip(f"the troupe command is not built ({TROUPE_CLI})")
     tmp = tmp_path_factory.mktemp("standing")
@@ -49,7 +50,8 @@ def standing(tmp_path_factory):
         address = _read_until(head.stderr, r"listening on (127\.0\.0\.1:\d+)", 20).group(1)
         agent = subprocess.Popen(
             [TROUPE_CLI, "start", "--address", address, "--block", "--node-ip-address",
-             "127.0.0.9", "--host-name", "py-a", "--num-cpus", "2", "--num-gpus", "2"],
+             "127.0.0.9", "--host-name", "py-a", "--num-cpus", "2", "--num-gpus", "2",
+             "--python-preload", "fork_preload_mod"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(agent)
         deadline = time.monotonic() + 20
@@ -110,3 +112,21 @@ def test_wrong_token_is_a_clear_error(standing, monkeypatch):
     with pytest.raises(troupe.TroupeError) as e:
         troupe.Cluster(address=address)
     assert address in str(e.value)
+
+
+def test_standing_agent_forks_python_workers_with_its_python_preload(standing, monkeypatch):
+    address, token = standing
+    monkeypatch.setenv("TROUPE_TOKEN", token)
+    with troupe.Cluster(address=address, log_to_driver=False) as cluster:
+        # The first starts may be exec'd while the fork server imports (a standing agent waits
+        # at most 250 ms for it); then every start is forked.
+        for _ in range(100):
+            w = cluster.start_worker("fork_workers.Probe")
+            snap = w.call("snapshot").result(timeout=60)
+            w.stop()
+            if snap["forked"]:
+                break
+        assert snap["forked"]
+        # The agent's own preload (`troupe start --python-preload`), imported in the fork server.
+        assert snap["preloaded_before_import"]
+        assert snap["preload_imported_in"] != snap["pid"]

@@ -31,6 +31,13 @@ class Rank:
     def pid(self):
         return os.getpid()
 
+    def forked_with(self, module):
+        """[whether the Python fork server forked this worker, whether `module` is imported]."""
+        import sys
+
+        fork_server = sys.modules.get("troupe._fork_server")
+        return [bool(fork_server and fork_server.forked), module in sys.modules]
+
     def items(self, n):
         for i in range(n):
             yield self.rank * 10 + i

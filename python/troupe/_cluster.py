@@ -122,6 +122,15 @@ def _metrics_port(port):
     return port
 
 
+def _python_preload(modules):
+    """The list of module names of Cluster's `python_preload` (None: none)."""
+    if modules is None:
+        return []
+    if isinstance(modules, str) or not all(isinstance(m, str) for m in modules):
+        raise ValueError(f"python_preload must be a list of module names, not {modules!r}")
+    return list(modules)
+
+
 class Cluster:
     """The runtime: an embedded head in this process and one agent process per simulated host
     (each with its own loopback address 127.0.0.2, 127.0.0.3, ... and declared resources).
@@ -147,6 +156,11 @@ class Cluster:
             finished, failed, latency; bytes sent; restarts) on
             http://127.0.0.1:PORT/metrics to requests with ``Authorization: Bearer TOKEN``
             (the cluster token); 0: any free port (see metrics_address); None: no metrics.
+        python_preload: modules (e.g. ["numpy"]) each host's Python fork server imports once
+            before it forks Python workers, so that a worker whose class imports them starts
+            without importing them again (README "Python fork server"); the environment
+            variable TROUPE_PYTHON_PRELOAD (comma-separated) adds to them. A preload that starts
+            a thread or initialises CUDA is refused (its workers are exec'd, logged once).
 
     Python classes ("pkg.module.Class", or a class object) need no registration: their worker
     is ``python`` running troupe's worker runtime, importing the class by name (with this
@@ -156,7 +170,7 @@ class Cluster:
     def __init__(self, num_hosts=1, num_gpus_per_host=0, num_cpus_per_host=0, *,
                  session_dir="", log_to_driver=True, start_timeout=30.0, executables=None,
                  python_executables=None, python=None, address=None,
-                 metrics_port=None):
+                 metrics_port=None, python_preload=None):
         python = python or sys.executable
         hosts = [(f"host-{i}", f"127.0.0.{i + 2}", float(num_cpus_per_host), int(num_gpus_per_host))
                  for i in range(num_hosts)]
@@ -165,7 +179,8 @@ class Cluster:
         exes = {k: _exe_spec(v) for k, v in (executables or {}).items()}
         self._c = _core.Cluster(hosts, session_dir, log_to_driver, float(start_timeout), exes,
                                 agent, (python, boot, {}), dict(python_executables or {}),
-                                address or "", _metrics_port(metrics_port))
+                                address or "", _metrics_port(metrics_port),
+                                _python_preload(python_preload))
 
     def start_worker(self, cls, *args, host=0, name="", env=None, num_gpus=0, gpus=None,
                      **kwargs):

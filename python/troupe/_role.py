@@ -1,7 +1,9 @@
 """Entry point of the processes troupe starts from a Python driver: agents and Python workers.
 
 Run as ``python -m troupe._role`` (or through the bootstrap in troupe._cluster) with
-TROUPE_ROLE=agent or TROUPE_ROLE=worker in the environment, as troupe's agents set it.
+TROUPE_ROLE=agent or TROUPE_ROLE=worker in the environment, as troupe's agents set it, or
+TROUPE_ROLE=forkserver: a Python fork server (troupe._fork_server), whose forked workers go on
+here as workers.
 """
 
 import os
@@ -12,6 +14,10 @@ def main():
     """Runs the role named by TROUPE_ROLE and exits the process with its code."""
     from troupe import _core
 
+    if os.environ.get("TROUPE_ROLE") == "forkserver":
+        from troupe import _fork_server
+
+        _fork_server.serve()  # returns only in a worker it forked, whose environment is its own
     if os.environ.get("TROUPE_ROLE") == "worker":
         _core.install_python_classes()
         dumps = _core.enable_stack_dumps()  # `troupe stack`: every thread's Python stack

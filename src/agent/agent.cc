@@ -62,7 +62,7 @@ class Agent {
       : config_(std::move(config)),
         signals_(io_),
         ports_(config_.address),
-        fork_servers_(config_.fork_server, config_.standing) {}
+        fork_servers_(config_.fork_server, config_.standing, config_.python_preload) {}
 
   int run() {
     log::set_role("agent:" + config_.host_name);
@@ -97,7 +97,11 @@ class Agent {
       containment_ = Containment::create(env::get_or(agent_env::kCgroups, "1") != "0");
       table_ = std::make_unique<WorkerTable>(
           io_, worker_host(), ports_, *containment_,
-          [this](const std::string& exe, const control::StartWorker& request) {
+          [this](const std::string& exe, const control::StartWorker& request) -> ForkServer* {
+            if (request.python_fork)
+              return fork_servers_.for_python(exe, request.args, request.env,
+                                              request.python_preload);
+            if (!request.args.empty()) return nullptr;
             return fork_servers_.for_start(exe, request.fork_server, request.env);
           },
           [this](const control::WorkerExited& e) { broadcast_exit(e); });
@@ -461,6 +465,7 @@ AgentConfig config_from_environment() {
   c.token = token::from_environment();
   c.log_to_terminal = env::get_or(agent_env::kLogToTerminal, "1") != "0";
   c.fork_server = env::get_or(agent_env::kForkServer, "1") != "0";
+  c.python_preload = env::split_list(env::get_or(launch_env::kPythonPreload, ""), ',');
   c.object_store_memory = std::stoll(env::get_or(agent_env::kObjectStoreMemory, "0"));
   return c;
 }

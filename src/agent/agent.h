@@ -93,6 +93,9 @@ struct AgentConfig {
   // (fork_server_choice.h). Other executables, wrapped workers and workers with arguments are
   // exec'd either way.
   bool fork_server = true;
+  // Modules every Python fork server of this agent imports (fork_server_choice.h), besides
+  // those each driver asks for (`troupe start --python-preload`, TROUPE_PYTHON_PRELOAD).
+  std::vector<std::string> python_preload;
   // The object store's capacity in bytes (store/host_store.h); <= 0: 30 % of MemTotal.
   int64_t object_store_memory = 0;
   // Serves Prometheus metrics (agent_metrics.h) on http://address:metrics_port/metrics to

@@ -88,6 +88,28 @@ bool read_int(int fd, int32_t* out, Clock::time_point deadline) {
   return true;
 }
 
+// The text a refusing fork server sends after its greeting: up to kMaxRefusal bytes, until it
+// closes the socket or the deadline passes.
+std::string read_refusal(int fd, Clock::time_point deadline) {
+  std::string text;
+  char buf[512];
+  while (text.size() < fork_protocol::kMaxRefusal) {
+    ssize_t r = ::recv(fd, buf, sizeof(buf), 0);
+    if (r > 0) {
+      text.append(buf, static_cast<size_t>(std::min<ssize_t>(
+                           r, static_cast<ssize_t>(fork_protocol::kMaxRefusal - text.size()))));
+    } else if (r < 0 && errno == EINTR) {
+      continue;
+    } else if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_fd(fd, POLLIN, deadline)) break;
+    } else {
+      break;  // EOF
+    }
+  }
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
 mode_t current_umask() {
   // umask() both sets and reads; /proc/self/status reads it without a window where it differs.
   FILE* f = std::fopen("/proc/self/status", "r");
@@ -108,8 +130,8 @@ mode_t current_umask() {
 }  // namespace
 
 ForkServer::ForkServer(std::string executable, std::vector<std::string> env,
-                       std::chrono::milliseconds max_block)
-    : executable_(std::move(executable)), max_block_(max_block) {
+                       std::chrono::milliseconds max_block, std::vector<std::string> args)
+    : executable_(std::move(executable)), args_(std::move(args)), max_block_(max_block) {
   // FS-3: the workers' intermediate parent exits at once; they must come to us, not to init.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     fail(std::string("PR_SET_CHILD_SUBREAPER: ") + std::strerror(errno));
@@ -137,6 +159,7 @@ ForkServer::ForkServer(std::string executable, std::vector<std::string> env,
   vars.push_back(std::string(worker_env::kForkServerFd) + "=" + std::to_string(sv[1]));
   process::SpawnOptions opts;
   opts.executable = executable_;
+  opts.args = args_;
   opts.env = std::move(vars);
   opts.inherit_fds = {sv[1]};
   opts.new_process_group = false;  // with the agent: a signal to the agent's group reaches it
@@ -205,7 +228,9 @@ bool ForkServer::greet() {
     return false;
   }
   if (hello != fork_protocol::kHelloOk) {
-    fail(hello == fork_protocol::kHelloThreads ? "it runs threads" : "it refused");
+    std::string why = hello == fork_protocol::kHelloThreads ? "it runs threads" : "it refused";
+    std::string text = read_refusal(sock_, hello_deadline);
+    fail(text.empty() ? why : why + ": " + text);
     return false;
   }
   greeted_ = true;

@@ -30,8 +30,9 @@
 //        agent, then checks the parent again: it dies with its agent, never with the
 //        intermediate child, and exits at once when the agent died before.
 //   FS-4 Never hang: every exchange with the fork server has a deadline. When the fork server
-//        is missing, dead, slow or refuses, spawn() returns nullopt (logged once) and the agent
-//        falls back to fork+exec for that and every later start.
+//        is missing, dead, slow or refuses, spawn() returns nullopt (logged once, with the
+//        text a refusing fork server sends after its greeting) and the agent falls back to
+//        fork+exec for that and every later start.
 //   FS-5 No process left: the fork server exits when its socket to the agent closes (agent exit
 //        or ~ForkServer) and dies with the agent (PDEATHSIG).
 #pragma once
@@ -60,14 +61,19 @@ class ForkServer {
   // exec'd; a later one uses it once it greeted, or gives up at the greeting's deadline), and a
   // request gets that long at most. 0: the full deadlines (the first spawn waits for the
   // greeting).
+  // `args`: its command-line arguments (a Python fork server: the workers' own bootstrap,
+  // `-c CODE`, which enters troupe._fork_server with TROUPE_ROLE=forkserver); it serves only
+  // workers with exactly these arguments (WorkerProcess).
   ForkServer(std::string executable, std::vector<std::string> env,
-             std::chrono::milliseconds max_block = std::chrono::milliseconds(0));
+             std::chrono::milliseconds max_block = std::chrono::milliseconds(0),
+             std::vector<std::string> args = {});
   // Closes the socket and waits (bounded) for the fork server to exit; kills it if it does not.
   ~ForkServer();
   ForkServer(const ForkServer&) = delete;
   ForkServer& operator=(const ForkServer&) = delete;
 
   const std::string& executable() const { return executable_; }
+  const std::vector<std::string>& args() const { return args_; }
   // Whether it can still serve requests (not known to be dead or misbehaving).
   bool usable() const { return sock_ >= 0; }
 
@@ -93,6 +99,7 @@ class ForkServer {
   bool greet();
 
   std::string executable_;
+  std::vector<std::string> args_;
   std::chrono::milliseconds max_block_;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   pid_t pid_ = -1;

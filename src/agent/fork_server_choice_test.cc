@@ -19,6 +19,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/env.h"
 
@@ -150,6 +151,28 @@ TEST(ForkServerChoice, DisabledOrEmbeddedForOtherExecutablesGivesNone) {
   ForkServerChoice embedded(/*enabled=*/true, /*standing=*/false);
   EXPECT_EQ(embedded.for_start(dir.link("b"), true, env), nullptr);
   EXPECT_EQ(embedded.size(), 0u);
+}
+
+}  // namespace
+
+namespace {
+
+// Python fork servers (for_python): none when it cannot be one that serves this start, so that
+// the worker is exec'd; the agent's own preload set goes to the fork server it starts.
+TEST(ForkServerChoice, PythonWorkersThatCannotBeForkedGetNone) {
+  const std::string python = "/usr/bin/python3";
+  const std::vector<std::string> boot = {"-c", "import sys"};
+  ForkServerChoice off(false, false);
+  EXPECT_EQ(off.for_python(python, boot, {}, {}), nullptr);  // fork servers turned off
+  ForkServerChoice choice(true, false);
+  // This worker's own opt-out.
+  EXPECT_EQ(choice.for_python(python, boot, Env{{"TROUPE_FORK_SERVER", "0"}}, {}), nullptr);
+  // No arguments: a bare interpreter, not troupe._role.
+  EXPECT_EQ(choice.for_python(python, {}, {}, {}), nullptr);
+  // An interpreter that is not an absolute path to a file.
+  EXPECT_EQ(choice.for_python("python3", boot, {}, {}), nullptr);
+  EXPECT_EQ(choice.for_python("/nonexistent/python3", boot, {}, {}), nullptr);
+  EXPECT_EQ(choice.size(), 0u);  // nothing was started for any of them
 }
 
 }  // namespace

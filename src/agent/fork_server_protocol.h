@@ -1,7 +1,8 @@
 // The messages between an agent and its fork server (fork_server.h), over a Unix stream
 // socketpair. Encoding only, no I/O.
 //
-//   fork server -> agent, once at start-up: int32 hello (kHelloOk, or why it will not serve).
+//   fork server -> agent, once at start-up: int32 hello (kHelloOk, or why it will not serve;
+//     then it may send up to kMaxRefusal bytes of text saying why, and closes the socket).
 //   agent -> fork server, per worker: Header with `nfds` descriptors attached (SCM_RIGHTS:
 //     stdout, stderr, ready pipe, token pipe, and the worker's cgroup.procs when it has a cgroup
 //     to join, containment.h), then `body_len` bytes: strings, each a uint32
@@ -21,6 +22,7 @@ constexpr uint32_t kMagic = 0x32534654;  // "TFS2"
 constexpr int kNumFds = 4;               // always sent
 constexpr int kMaxFds = 5;               // with the cgroup.procs
 constexpr uint32_t kMaxBody = 4u << 20;
+constexpr size_t kMaxRefusal = 4096;
 // The width of the fork server's placeholder for a worker's container marker (containment.h).
 constexpr size_t kMarkerRoom = 40;
 constexpr int32_t kHelloOk = 0;

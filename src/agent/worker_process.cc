@@ -56,7 +56,8 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
     throw Error(ErrorCode::kInternal, "cannot pass the token to worker '" + launch_.name + "'");
   }
   std::optional<pid_t> forked;
-  if (launch_.fork_server && launch_.wrapper.empty() && launch_.args.empty() &&
+  if (launch_.fork_server && launch_.wrapper.empty() &&
+      launch_.args == launch_.fork_server->args() &&
       launch_.executable == launch_.fork_server->executable()) {
     ForkServer::Request req;
     req.env = launch_.env;

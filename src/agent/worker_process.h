@@ -36,7 +36,7 @@ struct WorkerLaunch {
   bool log_to_terminal = true;
   // When set, receives each output line (I/O thread) instead of the agent's terminal.
   std::function<void(const std::string& line, bool is_stderr)> on_line;
-  // When set and able to (no wrapper, no args, its executable), forks the worker instead of
+  // When set and able to (no wrapper, its executable and arguments), forks the worker instead of
   // fork+exec (fork_server.h); not owned, outlives start(). Otherwise, or when it fails, exec.
   ForkServer* fork_server = nullptr;
   // The cgroup.procs of the worker's container, joined before the worker runs (CT-1); -1: none.

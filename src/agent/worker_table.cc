@@ -112,7 +112,7 @@ WorkerLaunch WorkerTable::make_launch(const control::StartWorker& request,
   vars.erase(launch_env::kToken);  // the token goes through a pipe (WorkerLaunch::token)
   launch.token = host_.token;
   launch.env = env::to_strings(vars);
-  if (launch.wrapper.empty() && launch.args.empty() && fork_server_for_)
+  if (launch.wrapper.empty() && fork_server_for_)
     launch.fork_server = fork_server_for_(launch.executable, request);
   return launch;
 }

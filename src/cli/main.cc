@@ -152,6 +152,9 @@ int main(int argc, char** argv) {
                    "bytes of this host's object store (default: 30% of MemTotal)")
       ->check(CLI::NonNegativeNumber);
   start_cmd->add_option("--host-name", agent.host_name, "this host's name (default: hostname)");
+  start_cmd->add_option("--python-preload", agent.python_preload,
+                        "modules this host's Python fork servers import before forking Python "
+                        "workers, comma-separated (default: TROUPE_PYTHON_PRELOAD)");
   start_cmd->add_flag("--block", head.block, "stay in the foreground");
   start_cmd
       ->add_option("--heartbeat-ms", head.heartbeat_ms,

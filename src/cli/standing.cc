@@ -431,6 +431,13 @@ int run_start_agent(const StartAgentOptions& o) {
     // Fork servers of drivers' binaries (fork_server_choice.h) unless the environment turns
     // them off.
     c.fork_server = env::get_or(agent_env::kForkServer, "1") != "0";
+    c.python_preload = env::split_list(
+        o.python_preload.empty() ? env::get_or(launch_env::kPythonPreload, "") : o.python_preload,
+        ',');
+    for (const auto& m : c.python_preload)
+      if (!env::valid_module_name(m))
+        throw Error(ErrorCode::kInvalidArgument,
+                    "--python-preload: '" + m + "' is not a Python module name (a.b.c)");
     const std::string log = dir + "/agent-" + c.host_name + ".log";
     const std::string pidfile = dir + "/agent-" + c.host_name + ".pid";
     auto body = [&](int ready_fd) -> int {

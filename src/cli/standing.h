@@ -54,6 +54,9 @@ struct StartAgentOptions {
   std::string run_dir_name;         // as for the head
   int64_t object_store_memory = 0;  // bytes of the object store; 0: 30 % of MemTotal
   int metrics_port = -1;            // as for the head, on the agent's node address
+  // Modules (comma-separated) this agent's Python fork servers preload; empty:
+  // TROUPE_PYTHON_PRELOAD (agent/fork_server_choice.h).
+  std::string python_preload;
   // An agent of `troupe slurm`, started by srun in a job step: what is not given comes from
   // Slurm (host name SLURMD_NODENAME; address the node's NodeAddr, else this host's; CPUs and
   // GPUs of the step, see slurm_env.h; run directory "standing-job<SLURM_JOB_ID>"). It exits,

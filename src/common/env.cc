@@ -45,6 +45,35 @@ bool is_launcher_variable(const std::string& name) {
   return false;
 }
 
+std::vector<std::string> split_list(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(sep, start);
+    if (end == std::string::npos) end = text.size();
+    if (end > start) out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+bool valid_module_name(const std::string& name) {
+  bool at_start = true;  // of an identifier
+  for (char c : name) {
+    bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    bool digit = c >= '0' && c <= '9';
+    if (c == '.') {
+      if (at_start) return false;
+      at_start = true;
+    } else if (letter || (digit && !at_start)) {
+      at_start = false;
+    } else {
+      return false;
+    }
+  }
+  return !at_start;
+}
+
 std::string self_executable() {
   char buf[PATH_MAX];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);

@@ -17,6 +17,10 @@ std::vector<std::string> to_strings(const std::map<std::string, std::string>& va
 // True for variables of launchers that must not leak into workers (SLURM_*, SLURMD_* such as
 // SLURMD_NODENAME, which names the driver's node, PMI_*, PMIX_*, OMPI_*, MPI_*).
 bool is_launcher_variable(const std::string& name);
+// The non-empty parts of `text` between `sep`s.
+std::vector<std::string> split_list(const std::string& text, char sep);
+// A dotted Python module name ("numpy", "pkg.sub_mod"): ASCII identifiers joined by dots.
+bool valid_module_name(const std::string& name);
 // The absolute path of the running executable (/proc/self/exe).
 std::string self_executable();
 // Identifies this machine's boot (/proc/sys/kernel/random/boot_id): processes with the same id

@@ -80,6 +80,10 @@ constexpr const char* kStoreDir = "TROUPE_STORE_DIR";  // the object store's dir
 // ring buffer's capacity in events. Read by the driver; workers follow their driver's cluster.
 constexpr const char* kTimeline = "TROUPE_TIMELINE";
 constexpr const char* kTimelineEvents = "TROUPE_TIMELINE_EVENTS";
+// Modules a Python fork server preloads (comma-separated): read by the driver (added to
+// ClusterOptions::python_preload) and by an agent (added to every preload set it serves); set by
+// an agent for its Python fork servers (their exact set). agent/fork_server_choice.h.
+constexpr const char* kPythonPreload = "TROUPE_PYTHON_PRELOAD";
 // Every variable whose name starts with this is troupe's own: a process troupe starts gets
 // only the ones meant for it.
 constexpr const char* kPrefix = "TROUPE_";

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -36,8 +37,27 @@ uint32_t ClusterImpl::next_timeline_scope() {
   return next.fetch_add(1);
 }
 
+namespace {
+// ClusterOptions::python_preload and TROUPE_PYTHON_PRELOAD, each module once; throws
+// Error(kInvalidArgument) for a name that is not a module name.
+std::vector<std::string> checked_python_preload(const std::vector<std::string>& given) {
+  std::vector<std::string> out;
+  auto add = [&out](const std::string& name, const char* from) {
+    if (!env::valid_module_name(name))
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(from) + ": '" + name + "' is not a Python module name (a.b.c)");
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  };
+  for (const auto& name : given) add(name, "python_preload");
+  for (const auto& name : env::split_list(env::get_or(launch_env::kPythonPreload, ""), ','))
+    add(name, launch_env::kPythonPreload);
+  return out;
+}
+}  // namespace
+
 ClusterImpl::ClusterImpl(ClusterOptions options)
     : options_(std::move(options)),
+      python_preload_(checked_python_preload(options_.python_preload)),
       record_timeline_(options_.timeline && !timeline::off_in_environment()) {
   if (env::get(worker_env::kRole))
     throw Error(ErrorCode::kInternal,
@@ -58,6 +78,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options)
 ClusterImpl::ClusterImpl(ClusterOptions options, std::unique_ptr<HeadClient> head,
                          AgentConnector connect, WorkerConnector connect_worker)
     : options_(std::move(options)),
+      python_preload_(checked_python_preload(options_.python_preload)),
       record_timeline_(options_.timeline && !timeline::off_in_environment()) {
   loop_ = std::make_unique<transport::IoLoop>();
   connect_ = std::move(connect);
@@ -275,6 +296,8 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
     request.executable = exe->path;
     request.args = exe->args;
     for (const auto& [k, v] : exe->env) vars.emplace(k, v);
+    request.python_fork = exe->python;
+    if (exe->python) request.python_preload = python_preload_;
   } else {
     // Empty on an embedded cluster (its agents run this binary); on a standing one this binary,
     // which serves the fork-server role when troupe::init ran (a C++ driver).

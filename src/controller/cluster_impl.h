@@ -144,6 +144,9 @@ class ClusterImpl {
   void make_store();
 
   ClusterOptions options_;
+  // options_.python_preload and the driver's TROUPE_PYTHON_PRELOAD, checked; set once by the
+  // constructor.
+  std::vector<std::string> python_preload_;
   bool record_timeline_ = false;  // set once by the constructor
   // Tags this cluster's driver events (Event::scope): the process's recorder is shared by every
   // cluster the driver holds. Unique in the process; set once by the constructor.

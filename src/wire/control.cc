@@ -30,7 +30,9 @@ Map StartWorker::to_map() const {
              {"executable", executable},
              {"args", troupe::to_value(args)},
              {"env", troupe::to_value(env)},
-             {"fork_server", fork_server}};
+             {"fork_server", fork_server},
+             {"python_fork", python_fork},
+             {"python_preload", troupe::to_value(python_preload)}};
 }
 
 StartWorker StartWorker::from(const Value& kwargs) {
@@ -47,6 +49,8 @@ StartWorker StartWorker::from(const Value& kwargs) {
   m.args = f.optional<std::vector<std::string>>("args", {});
   m.env = f.optional<std::map<std::string, std::string>>("env", {});
   m.fork_server = f.optional<bool>("fork_server", false);
+  m.python_fork = f.optional<bool>("python_fork", false);
+  m.python_preload = f.optional<std::vector<std::string>>("python_preload", {});
   return m;
 }
 

@@ -73,6 +73,13 @@ struct StartWorker {
   // troupe::init (its own binary, and it called troupe::init): a standing agent may fork the
   // worker from a fork server of that binary (agent/fork_server.h) instead of exec'ing it.
   bool fork_server = false;
+  // The driver vouches that `executable` is a Python interpreter and `args` run troupe._role
+  // (the Python package's bootstrap `-c CODE`, or `-m troupe._role`): the agent may fork the worker
+  // from a Python fork server of that interpreter, bootstrap and preload set
+  // (agent/fork_server_choice.h).
+  bool python_fork = false;
+  // Modules that fork server imports before it forks any worker (ClusterOptions::python_preload).
+  std::vector<std::string> python_preload;
 
   bool operator==(const StartWorker&) const = default;
   Map to_map() const;

@@ -26,6 +26,8 @@ TEST(ControlMessages, AgentRequestsRoundTrip) {
   start.args = {"-m", "troupe._worker"};
   start.env = {{"RANK", "1"}, {"PATH", "/usr/bin"}};
   start.fork_server = true;
+  start.python_fork = true;
+  start.python_preload = {"numpy", "torch"};
   EXPECT_EQ(StartWorker::from(through_request(start)), start);
   EXPECT_EQ(StopWorker::from(through_request(StopWorker{"w", 250})), (StopWorker{"w", 250}));
   ReservePorts ports{"group-a", 3, 1500, 1600};
@@ -125,6 +127,8 @@ TEST(ControlMessages, OptionalFieldsTakeTheirDefaults) {
   EXPECT_EQ(s.start_timeout_ms, 60000);
   EXPECT_EQ(s.executable, "");
   EXPECT_FALSE(s.fork_server);  // an older driver's request: exec
+  EXPECT_FALSE(s.python_fork);
+  EXPECT_TRUE(s.python_preload.empty());
   ReservePorts p = ReservePorts::from(Map{{"owner", "o"}});
   EXPECT_EQ(p, (ReservePorts{"o", 1, 1400, 2000}));
   // Unknown fields are ignored.

@@ -47,7 +47,9 @@ int drive(const std::string& python, const std::string& paths) {
   options.executables["workers.Rank"] = {
       python,
       {"-c", "import sys; sys.path[:0] = [" + list + "]; from troupe._role import main; main()"},
-      {}};
+      {},
+      true};  // troupe._role: forked from the host's Python fork server
+  options.python_preload = {"fork_preload_mod"};
   troupe::Cluster runtime(options);
   troupe::VirtualClusterOptions vco;
   vco.bundle_ct_per_node_list = {1, 1};
@@ -81,6 +83,11 @@ int drive(const std::string& python, const std::string& paths) {
         e.message().find("ValueError: boom") == std::string::npos)
       return fail(std::string("wrong error: ") + e.what());
   }
+  // Forked, with ClusterOptions::python_preload imported before the class module.
+  troupe::Value forked =
+      group.run_single_worker_single_data("forked_with", 1, {{"module", "fork_preload_mod"}}).get();
+  if (forked.debug_string() != troupe::Value(troupe::Array{true, true}).debug_string())
+    return fail("python_preload: " + forked.debug_string());
   group.shutdown();
   std::printf("cross ok\n");
   return 0;

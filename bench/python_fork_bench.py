@@ -1,0 +1,102 @@
+"""Python worker start-up: troupe's Python fork server vs exec'd workers vs multiprocessing.
+
+For N workers of a class whose module imports a heavy module (torch when /usr/bin/python3 can
+import it, else numpy): the seconds from the first start until every worker answered one call,
+and the sum of the workers' PSS (/proc/PID/smaps_rollup) once they all answered.
+
+  troupe fork   Cluster(python_preload=[heavy]): workers forked from the host's Python fork
+                server (its start and preload included: a new cluster each run)
+  troupe exec   the same class, each worker exec'd (env TROUPE_FORK_SERVER=0)
+  mp spawn      multiprocessing "spawn" context (a fresh interpreter per process)
+  mp fork       multiprocessing "fork" from a parent that imported the heavy module
+
+Usage: PYTHONPATH=build/python nice /usr/bin/python3 bench/python_fork_bench.py [--n 16 64]
+"""
+
+import argparse
+import importlib
+import multiprocessing
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def pss_kib(pids):
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def run_troupe(n, heavy, fork):
+    import troupe
+
+    env = {"BENCH_HEAVY": heavy, "TROUPE_FORK_SERVER": "1" if fork else "0"}
+    with troupe.Cluster(log_to_driver=False, start_timeout=60,
+                        python_preload=[heavy] if fork else []) as c:
+        t0 = time.monotonic()
+        workers = [c.start_worker("fork_bench_worker.Heavy", env=env) for _ in range(n)]
+        pids = [w.call("ping").result(timeout=600) for w in workers]
+        elapsed = time.monotonic() - t0
+        return elapsed, pss_kib(pids)
+
+
+def run_mp(n, heavy, method):
+    ctx = multiprocessing.get_context(method)
+    if method == "fork":
+        importlib.import_module(heavy)
+    import fork_bench_worker
+
+    t0 = time.monotonic()
+    conns, procs = [], []
+    for _ in range(n):
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=fork_bench_worker.child_main, args=(child,))
+        p.start()
+        conns.append(parent)
+        procs.append(p)
+    pids = [c.recv() for c in conns]
+    elapsed = time.monotonic() - t0
+    pss = pss_kib(pids)
+    for c in conns:
+        c.send("exit")
+    for p in procs:
+        p.join()
+    return elapsed, pss
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, nargs="+", default=[16, 64])
+    ap.add_argument("--heavy", default=None, help="module the class imports (default torch/numpy)")
+    args = ap.parse_args()
+    heavy = args.heavy
+    if heavy is None:
+        try:
+            importlib.import_module("torch")
+            heavy = "torch"
+        except ImportError:
+            heavy = "numpy"
+    os.environ["BENCH_HEAVY"] = heavy  # for multiprocessing's children
+    print(f"class imports {heavy}; {os.cpu_count()} cores")
+    print(f"{'N':>4} {'launcher':<12} {'seconds':>8} {'PSS sum MiB':>12}")
+    for n in args.n:
+        rows = [("troupe fork", lambda: run_troupe(n, heavy, True)),
+                ("troupe exec", lambda: run_troupe(n, heavy, False)),
+                ("mp spawn", lambda: run_mp(n, heavy, "spawn"))]
+        for name, fn in rows:
+            elapsed, pss = fn()
+            print(f"{n:>4} {name:<12} {elapsed:8.2f} {pss / 1024:12.0f}", flush=True)
+    # Last: it imports the heavy module into this process.
+    for n in args.n:
+        elapsed, pss = run_mp(n, heavy, "fork")
+        print(f"{n:>4} {'mp fork':<12} {elapsed:8.2f} {pss / 1024:12.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

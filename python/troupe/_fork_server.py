@@ -1,0 +1,337 @@
+"""The Python fork server: forks Python workers from an interpreter that imported troupe's worker
+runtime and a preload set once (agent/fork_server_choice.h on the agent's side).
+
+An agent starts it as it would start a worker of that class -- the same interpreter, the same
+bootstrap (``python -c CODE``, which runs troupe._role) -- with TROUPE_ROLE=forkserver,
+TROUPE_FORK_SERVER_FD (its socket to the agent) and TROUPE_PYTHON_PRELOAD (the modules to
+import). It speaks the agent's fork-server protocol (src/agent/fork_server_protocol.h): a
+greeting, then per worker a header with the worker's descriptors attached, its cwd and
+environment, answered with the worker's pid. Each worker is forked by an intermediate child,
+which puts it in its own process group and exits; the agent, a child subreaper, becomes its
+parent (FS-3 of src/agent/fork_server.h).
+
+Invariants: PFS-1 and PFS-2 in src/agent/fork_server_choice.h.
+"""
+
+import ctypes
+import errno
+import fcntl
+import importlib
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+
+# Its invariants, PFS-1 (safe fork only) and PFS-2 (same worker as exec), are stated in
+# src/agent/fork_server_choice.h.
+
+import troupe._worker  # noqa: F401  troupe's worker runtime, preloaded for every worker
+
+_MAGIC = 0x32534654
+_HELLO_OK, _HELLO_THREADS, _HELLO_BAD_SETUP = 0, 1, 2
+_NUM_FDS, _MAX_FDS = 4, 5
+_MAX_BODY = 4 << 20
+_MARKER_ROOM = 40
+_HEADER = struct.Struct("=IIII")  # magic, umask, body_len, nfds
+_INT = struct.Struct("=i")
+_PR_SET_PDEATHSIG = 1
+
+forked = False  # True in a worker forked by this module
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_kept = []  # the C environment blocks of this process: never freed
+
+
+def _unsafe():
+    """Why forking now is unsafe (PFS-1), or None."""
+    tasks = len(os.listdir("/proc/self/task"))
+    if threading.active_count() != 1 or tasks != 1:
+        names = [t.name for t in threading.enumerate()]
+        return f"{tasks} threads run (Python threads: {names})"
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_initialized():
+                return "CUDA is initialised"
+        except AttributeError:
+            pass
+    return None
+
+
+def _open_fds():
+    """This process's open descriptors (not the one that listed them, closed by then)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            os.readlink(f"/proc/self/fd/{fd}")
+            out.add(int(fd))
+        except OSError:
+            pass
+    return out
+
+
+def _preload(names):
+    """Imports `names` in order; (hello, message) that says whether it may serve."""
+    fds = _open_fds()
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except BaseException as e:  # noqa: BLE001 -- whatever the import raised
+            return _HELLO_BAD_SETUP, f"preloading module '{name}' failed: {type(e).__name__}: {e}"
+        # A worker closes every descriptor but 0-4; one that a module keeps open (a Python
+        # object would close its number again, by then another file's) makes it unsafe.
+        opened = _open_fds() - fds
+        why = f"it left descriptors {sorted(opened)} open" if opened else _unsafe()
+        if why:
+            code = _HELLO_THREADS if "thread" in why else _HELLO_BAD_SETUP
+            return code, (f"preloading module '{name}' made forking unsafe ({why}); "
+                          "remove it from python_preload / TROUPE_PYTHON_PRELOAD")
+    why = _unsafe()
+    if why:
+        return _HELLO_THREADS, f"the fork server is not safe to fork ({why})"
+    return _HELLO_OK, ""
+
+
+def _marker_address():
+    """The address of the value of TROUPE_CONTAINER in the environment block this process was
+    exec'd with (the agent's placeholder, src/agent/containment.h), or None."""
+    key = b"TROUPE_CONTAINER="
+    env = ctypes.POINTER(ctypes.c_void_p).in_dll(_libc, "environ")
+    i = 0
+    while env[i]:
+        entry = ctypes.string_at(env[i])
+        if entry.startswith(key) and len(entry) == len(key) + _MARKER_ROOM:
+            return env[i] + len(key)
+        i += 1
+    return None
+
+
+def _read_exact(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def _read_request(sock):
+    """(umask, cwd, ["KEY=VALUE"], [fds]) of the next request; None at EOF or on a bad one (the
+    descriptors that came with it are closed)."""
+    fds = []
+    try:
+        data, anc, flags, _ = sock.recvmsg(_HEADER.size, socket.CMSG_SPACE(4 * _MAX_FDS),
+                                           socket.MSG_CMSG_CLOEXEC)
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                n = len(payload) // 4
+                fds.extend(struct.unpack(f"={n}i", payload[:4 * n]))
+        if not data or flags & socket.MSG_CTRUNC:
+            raise EOFError
+        data += _read_exact(sock, _HEADER.size - len(data))
+        magic, umask, body_len, nfds = _HEADER.unpack(data)
+        if magic != _MAGIC or body_len > _MAX_BODY or nfds != len(fds) or \
+                nfds not in (_NUM_FDS, _MAX_FDS):
+            raise EOFError
+        body = _read_exact(sock, body_len)
+        strings, pos = [], 0
+        while pos < len(body):
+            (n,) = struct.unpack_from("=I", body, pos)
+            pos += 4
+            if pos + n > len(body):
+                raise EOFError
+            strings.append(body[pos:pos + n])
+            pos += n
+        if not strings:
+            raise EOFError
+        return umask, strings[0], strings[1:], fds
+    except (EOFError, OSError, struct.error):
+        for fd in fds:
+            os.close(fd)
+        return None
+
+
+def _set_environment(entries):
+    """Makes `entries` (b"KEY=VALUE") the whole environment: the C environ (a new array, kept)
+    and os.environ (its mapping rebuilt without putenv)."""
+    block = (ctypes.c_char_p * (len(entries) + 1))(*entries, None)
+    _kept.append(block)
+    ctypes.c_void_p.in_dll(_libc, "environ").value = ctypes.addressof(block)
+    data = os.environ._data  # noqa: SLF001 -- os.environ's bytes mapping (shared with environb)
+    data.clear()
+    for entry in entries:
+        key, _, value = entry.partition(b"=")
+        data[key] = value
+
+
+class _Server:
+    def __init__(self, sock, agent):
+        self.sock = sock
+        self.agent = agent
+        # What an exec'd worker has at this point of troupe._role.main (PFS-2).
+        self.path = list(sys.path)
+        self.argv = list(sys.argv)
+        self.handlers = {}
+        for sig in signal.valid_signals():
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                try:
+                    handler = signal.getsignal(sig)
+                except (OSError, ValueError):
+                    continue
+                if handler is not None:
+                    self.handlers[sig] = handler
+        self.marker = _marker_address()
+
+    def spawn(self, request):
+        """Forks the worker of `request`: returns its pid (or -errno) in the fork server, None in
+        the worker (which is set up by then)."""
+        umask, cwd, env, fds = request
+        why = _unsafe()
+        if why:
+            sys.stderr.write(f"troupe fork server: not forking: {why}\n")
+            return -errno.EAGAIN
+        sys.stdout.flush()
+        sys.stderr.flush()
+        r, w = os.pipe()
+        try:
+            intermediate = os.fork()
+        except OSError as e:
+            os.close(r)
+            os.close(w)
+            return -e.errno
+        if intermediate == 0:
+            try:
+                os.close(r)
+                me = os.getpid()
+                try:
+                    worker = os.fork()
+                except OSError as e:
+                    worker = -e.errno
+                if worker == 0:
+                    os.close(w)
+                    self.become_worker(me, umask, cwd, env, fds)
+                    return None
+                if worker > 0:
+                    try:
+                        os.setpgid(worker, worker)  # FS-2: before the agent learns the pid
+                    except OSError:
+                        pass
+                os.write(w, _INT.pack(worker))
+            finally:
+                if not forked:
+                    os._exit(0)
+        os.close(w)
+        try:
+            data = os.read(r, _INT.size)
+            answer = _INT.unpack(data)[0] if len(data) == _INT.size else -errno.EIO
+        finally:
+            os.close(r)
+            os.waitpid(intermediate, 0)
+        return answer
+
+    def become_worker(self, intermediate, umask, cwd, env, fds):
+        """In the forked worker: the start an exec'd worker has (PFS-2, FS-2, FS-3). Exits on
+        failure."""
+        global forked
+        forked = True
+        try:
+            self._become_worker(intermediate, umask, cwd, env, fds)
+        except BaseException as e:  # noqa: BLE001
+            os.write(2, f"troupe fork server: worker set-up failed: {e!r}\n".encode())
+            os._exit(127)
+
+    def _become_worker(self, intermediate, umask, cwd, env, fds):
+        if len(fds) > _NUM_FDS:
+            os.write(fds[_NUM_FDS], b"0")  # CT-1: into the worker's container first
+        self.write_marker(env)
+        os.setpgid(0, 0)
+        while True:  # FS-3: the agent's child once the intermediate exited
+            parent = os.getppid()
+            if parent == self.agent:
+                break
+            if parent != intermediate:
+                os._exit(128 + signal.SIGKILL)
+            os.sched_yield()
+        if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+        if os.getppid() != self.agent:
+            os._exit(128 + signal.SIGKILL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        for sig, handler in self.handlers.items():
+            try:
+                signal.signal(sig, handler)
+            except (OSError, ValueError):
+                pass
+        self.sock.detach()  # its descriptor is closed below with the others
+        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64) for fd in fds[:_NUM_FDS]]
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        for i, fd in enumerate(moved):
+            os.dup2(fd, i + 1)  # inheritable, as an exec'd worker's
+        os.closerange(5, 2**31 - 1)  # close_range(2): every descriptor from 5 on
+        os.umask(umask)
+        if cwd:
+            os.chdir(cwd)
+        _set_environment(env)
+        sys.path[:] = self.path
+        sys.argv[:] = self.argv
+        if not sys.stdout.write_through:  # buffered as the interpreter sets up a pipe
+            sys.stdout.reconfigure(line_buffering=False)
+        self.reseed()
+
+    def write_marker(self, env):
+        if self.marker is None:
+            return
+        value = b""
+        for entry in env:
+            if entry.startswith(b"TROUPE_CONTAINER="):
+                value = entry[len(b"TROUPE_CONTAINER="):]
+        value = value[:_MARKER_ROOM]
+        ctypes.memmove(self.marker, value + b"\0" * (_MARKER_ROOM - len(value)), _MARKER_ROOM)
+
+    @staticmethod
+    def reseed():
+        """Random state of its own, as an exec'd worker's (random also reseeds itself at fork)."""
+        if "random" in sys.modules:
+            sys.modules["random"].seed()
+        numpy_random = sys.modules.get("numpy.random")
+        if numpy_random is not None:
+            numpy_random.seed()
+        torch = sys.modules.get("torch")
+        if torch is not None and hasattr(torch, "default_generator"):
+            torch.default_generator.manual_seed(torch.default_generator.initial_seed())
+
+
+def serve():
+    """Runs the fork server until the agent closes its socket (then exits the process). Returns
+    only in a forked worker, set up as PFS-2 says."""
+    fd = int(os.environ["TROUPE_FORK_SERVER_FD"])
+    os.set_inheritable(fd, False)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
+    server = _Server(sock, os.getppid())
+    names = [n for n in os.environ.get("TROUPE_PYTHON_PRELOAD", "").split(",") if n]
+    hello, message = _preload(names)
+    try:
+        sock.sendall(_INT.pack(hello))
+        if hello != _HELLO_OK:
+            sock.sendall(message.encode("utf-8", "replace")[:4096])
+    except OSError:
+        os._exit(0)
+    if hello != _HELLO_OK:
+        os._exit(1)
+    while True:
+        request = _read_request(sock)
+        if request is None:
+            os._exit(0)
+        answer = server.spawn(request)
+        if answer is None:
+            return  # the worker
+        for fd in request[3]:
+            os.close(fd)
+        try:
+            sock.sendall(_INT.pack(answer))
+        except OSError:
+            os._exit(0)
