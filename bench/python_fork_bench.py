@@ -6,6 +6,8 @@ and the sum of the workers' PSS (/proc/PID/smaps_rollup) once they all answered.
 
   troupe fork   Cluster(python_preload=[heavy]): workers forked from the host's Python fork
                 server (its start and preload included: a new cluster each run)
+  troupe warm   the same, the fork server started and preloaded before the clock (one worker
+                started first, not counted): what mp fork's parent has too
   troupe exec   the same class, each worker exec'd (env TROUPE_FORK_SERVER=0)
   mp spawn      multiprocessing "spawn" context (a fresh interpreter per process)
   mp fork       multiprocessing "fork" from a parent that imported the heavy module
@@ -33,12 +35,14 @@ def pss_kib(pids):
     return total
 
 
-def run_troupe(n, heavy, fork):
+def run_troupe(n, heavy, fork, warm=False):
     import troupe
 
     env = {"BENCH_HEAVY": heavy, "TROUPE_FORK_SERVER": "1" if fork else "0"}
     with troupe.Cluster(log_to_driver=False, start_timeout=60,
                         python_preload=[heavy] if fork else []) as c:
+        if warm:
+            c.start_worker("fork_bench_worker.Heavy", env=env).call("ping").result(timeout=600)
         t0 = time.monotonic()
         workers = [c.start_worker("fork_bench_worker.Heavy", env=env) for _ in range(n)]
         pids = [w.call("ping").result(timeout=600) for w in workers]
@@ -87,6 +91,7 @@ def main():
     print(f"{'N':>4} {'launcher':<12} {'seconds':>8} {'PSS sum MiB':>12}")
     for n in args.n:
         rows = [("troupe fork", lambda: run_troupe(n, heavy, True)),
+                ("troupe warm", lambda: run_troupe(n, heavy, True, warm=True)),
                 ("troupe exec", lambda: run_troupe(n, heavy, False)),
                 ("mp spawn", lambda: run_mp(n, heavy, "spawn"))]
         for name, fn in rows:
