@@ -132,7 +132,11 @@ void set_worker_class_resolver(
 // The names of every registered class (resolved ones included), sorted. Thread-safe.
 std::vector<std::string> registered_worker_class_names();
 
-namespace detail {  // helpers of the templates below; not for use outside this header
+// Argument binding for the templates below: how a call's keyword arguments become a C++
+// method's parameters. Public because those templates are instantiated in user code; a user
+// calls ClassBuilder, not these. Errors: Error(kInvalidArgument) naming `where` and the
+// parameter; a parameter count that does not match the names given aborts at registration.
+namespace binding {
 
 // Checks that every key of `kwargs` names a parameter; throws Error(kInvalidArgument) otherwise.
 void check_no_extra_args(const Map& kwargs, const std::vector<std::string>& params,
@@ -174,7 +178,7 @@ std::tuple<std::decay_t<A>...> bind_args(const Map& kwargs, const std::vector<st
 
 void check_param_count(const std::string& what, size_t expected, size_t given);
 
-}  // namespace detail
+}  // namespace binding
 
 // Declares a worker class's constructor and methods. Used inside TROUPE_WORKER_CLASS.
 template <typename C>
@@ -184,7 +188,7 @@ class ClassBuilder {
     info_.name = std::move(name);
     if constexpr (std::is_default_constructible_v<C>) {
       info_.construct = [](const Map& kwargs, const std::string& where) -> std::shared_ptr<void> {
-        detail::check_no_extra_args(kwargs, {}, where);
+        binding::check_no_extra_args(kwargs, {}, where);
         return std::make_shared<C>();
       };
     }
@@ -193,11 +197,11 @@ class ClassBuilder {
   // The constructor to call, with its parameter names.
   template <typename... A>
   ClassBuilder& constructor(std::vector<std::string> params = {}) {
-    detail::check_param_count("constructor of " + info_.name, sizeof...(A), params.size());
+    binding::check_param_count("constructor of " + info_.name, sizeof...(A), params.size());
     info_.ctor_params = params;
     info_.construct = [params](const Map& kwargs,
                                const std::string& where) -> std::shared_ptr<void> {
-      auto args = detail::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
+      auto args = binding::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
       return std::apply([](auto&&... a) { return std::make_shared<C>(std::move(a)...); },
                         std::move(args));
     };
@@ -234,7 +238,7 @@ class ClassBuilder {
   template <typename R, typename... A>
   ClassBuilder& stream_method(const std::string& name, R (C::*fn)(StreamWriter&, A...),
                               std::vector<std::string> params = {}) {
-    detail::check_param_count("method " + info_.name + "." + name, sizeof...(A), params.size());
+    binding::check_param_count("method " + info_.name + "." + name, sizeof...(A), params.size());
     WorkerMethodInfo m;
     m.name = name;
     m.params = params;
@@ -242,7 +246,7 @@ class ClassBuilder {
     m.streaming = true;
     m.invoke = [fn, params](void* object, const Map& kwargs, const std::string& where,
                             StreamWriter* stream) -> Value {
-      auto args = detail::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
+      auto args = binding::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
       C& self = *static_cast<C*>(object);
       if constexpr (std::is_void_v<R>) {
         std::apply([&](auto&&... a) { (self.*fn)(*stream, std::move(a)...); }, std::move(args));
@@ -262,14 +266,14 @@ class ClassBuilder {
  private:
   template <typename R, typename... A, typename F>
   ClassBuilder& add_method(const std::string& name, F call, std::vector<std::string> params) {
-    detail::check_param_count("method " + info_.name + "." + name, sizeof...(A), params.size());
+    binding::check_param_count("method " + info_.name + "." + name, sizeof...(A), params.size());
     WorkerMethodInfo m;
     m.name = name;
     m.params = params;
     m.param_types = {type_name<A>()...};
     m.invoke = [call, params](void* object, const Map& kwargs, const std::string& where,
                               StreamWriter*) -> Value {
-      auto args = detail::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
+      auto args = binding::bind_args<A...>(kwargs, params, where, std::index_sequence_for<A...>{});
       C& self = *static_cast<C*>(object);
       if constexpr (std::is_void_v<R>) {
         std::apply([&](auto&&... a) { call(self, std::move(a)...); }, std::move(args));
@@ -286,7 +290,7 @@ class ClassBuilder {
   WorkerClassInfo info_;
 };
 
-namespace detail {
+namespace binding {
 template <typename C>
 bool define_class(const char* name, void (*define)(ClassBuilder<C>&)) {
   ClassBuilder<C> builder(name);
@@ -294,7 +298,7 @@ bool define_class(const char* name, void (*define)(ClassBuilder<C>&)) {
   register_worker_class(builder.release());
   return true;
 }
-}  // namespace detail
+}  // namespace binding
 
 }  // namespace troupe
 
@@ -303,7 +307,7 @@ bool define_class(const char* name, void (*define)(ClassBuilder<C>&)) {
 #define TROUPE_WORKER_CLASS_IMPL(Type, name, builder, id)                                      \
   static void TROUPE_CONCAT(troupe_define_class_, id)(::troupe::ClassBuilder<Type> & builder); \
   [[maybe_unused]] static const bool TROUPE_CONCAT(troupe_class_registered_, id) =             \
-      ::troupe::detail::define_class<Type>(name, &TROUPE_CONCAT(troupe_define_class_, id));    \
+      ::troupe::binding::define_class<Type>(name, &TROUPE_CONCAT(troupe_define_class_, id));   \
   static void TROUPE_CONCAT(troupe_define_class_, id)(::troupe::ClassBuilder<Type> & builder)
 
 // Registers `Type` as a worker class named like the type; the braces that follow declare its

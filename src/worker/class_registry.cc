@@ -70,7 +70,7 @@ std::vector<std::string> registered_worker_class_names() {
   return names;
 }
 
-namespace detail {
+namespace binding {
 
 void check_no_extra_args(const Map& kwargs, const std::vector<std::string>& params,
                          const std::string& where) {
@@ -104,5 +104,5 @@ void check_param_count(const std::string& what, size_t expected, size_t given) {
   std::abort();
 }
 
-}  // namespace detail
+}  // namespace binding
 }  // namespace troupe
