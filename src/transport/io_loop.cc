@@ -41,6 +41,15 @@ void IoLoop::stop() {
   work_.reset();
   io_.stop();
   thread_.join();
+  // IO-1: what was posted and not yet run (a close posted by a handler that ran last, say).
+  draining_thread_ = std::this_thread::get_id();
+  io_.restart();
+  try {
+    io_.poll();
+  } catch (const std::exception& e) {
+    TROUPE_LOG(Error) << "unhandled exception while draining the I/O loop: " << e.what();
+  }
+  draining_thread_ = std::thread::id{};
 }
 
 }  // namespace troupe::transport

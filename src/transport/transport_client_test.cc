@@ -292,6 +292,41 @@ TEST(ConnectionLimits, AttachmentTableLargerThanTheReadBuffer) {
   loop.stop();
 }
 
+// IO-1: a close posted by the last handler the loop's thread runs (after stop() was called)
+// still runs: the connection's close handler is called and the peer it held is released.
+TEST(IoLoopStop, RunsTheCloseTheLastHandlerPosted) {
+  IoLoop loop;
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  RawSocket raw(sv[1]);
+  Socket sock(loop.context());
+  sock.assign(asio::generic::stream_protocol(AF_UNIX, SOCK_STREAM), sv[0]);
+  auto conn = std::make_shared<Connection>(std::move(sock), "pair");
+  std::atomic<bool> closed{false};
+  RpcPeer::Handlers handlers;
+  handlers.on_close = [&closed](const Error&) { closed = true; };
+  std::weak_ptr<RpcPeer> peer = RpcPeer::attach(conn, wire::FrameLimits{}, std::move(handlers));
+  conn->start();
+  std::promise<void> release;
+  auto released = release.get_future();
+  asio::post(loop.context(), [&released, conn] {
+    released.wait();
+    conn->close(Error(ErrorCode::kShutdown, "posted after the stop"));
+  });
+  std::thread stopper([&loop] { loop.stop(); });
+  // The loop is stopped (its thread still inside the handler above) before the close is posted.
+  auto deadline = std::chrono::steady_clock::now() + kDeadline;
+  while (!loop.context().stopped() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
+  ASSERT_TRUE(loop.context().stopped());
+  release.set_value();
+  stopper.join();
+  EXPECT_TRUE(closed);
+  EXPECT_TRUE(conn->closed());
+  conn.reset();
+  EXPECT_TRUE(peer.expired()) << "the connection and its peer still hold each other";
+}
+
 // ---- token helpers ----
 
 std::string hex(const std::string& s) {
