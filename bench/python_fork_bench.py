@@ -12,6 +12,12 @@ and the sum of the workers' PSS (/proc/PID/smaps_rollup) once they all answered.
   mp spawn      multiprocessing "spawn" context (a fresh interpreter per process)
   mp fork       multiprocessing "fork" from a parent that imported the heavy module
 
+Then, in that parent, the process creation alone (children exit at once, nothing else timed):
+  bare fork     N os.fork() (what mp fork does per worker)
+  double fork   N times: os.fork() of an intermediate that forks the child and exits (what the
+                fork server does per worker: CPython's os.fork cannot clone with CLONE_PARENT,
+                so the agent becomes the parent by the intermediate's exit, FS-3)
+
 Usage: PYTHONPATH=build/python nice /usr/bin/python3 bench/python_fork_bench.py [--n 16 64]
 """
 
@@ -74,6 +80,24 @@ def run_mp(n, heavy, method):
     return elapsed, pss
 
 
+def fork_cost(n, double):
+    t0 = time.monotonic()
+    for _ in range(n):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            if double and os.fork() != 0:
+                os.write(w, b"x")
+            os._exit(0)
+        os.close(w)
+        if double:
+            os.read(r, 1)
+        os.close(r)
+    for _ in range(2 * n if double else n):  # the children reparented to us too (subreaper)
+        os.waitpid(-1, 0)
+    return time.monotonic() - t0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, nargs="+", default=[16, 64])
@@ -101,6 +125,11 @@ def main():
     for n in args.n:
         elapsed, pss = run_mp(n, heavy, "fork")
         print(f"{n:>4} {'mp fork':<12} {elapsed:8.2f} {pss / 1024:12.0f}", flush=True)
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as the agent
+    for n in args.n:
+        for name, double in (("bare fork", False), ("double fork", True)):
+            print(f"{n:>4} {name:<12} {fork_cost(n, double):8.2f}", flush=True)
 
 
 if __name__ == "__main__":
