@@ -129,3 +129,51 @@ class Maker:
     def make_and_call(self, start):
         c = Counter.remote(start)
         return ray.get(c.add.remote(1))
+
+
+@ray.remote(concurrency_groups={"io": 2, "compute": 1})
+class Grouped:
+    """A threaded actor with two concurrency groups besides its default one (max_concurrency 1):
+    each method reports the thread it ran on; meet_io returns only when two io calls overlap."""
+
+    def __init__(self):
+        self.barrier = threading.Barrier(2, timeout=30)
+
+    def thread(self):
+        return threading.current_thread().name
+
+    @ray.method(concurrency_group="io")
+    def io_thread(self):
+        return threading.current_thread().name
+
+    @ray.method(concurrency_group="io")
+    def meet_io(self):
+        self.barrier.wait()
+        return threading.current_thread().name
+
+
+@ray.remote(concurrency_groups={"pair": 2})
+class AsyncGrouped:
+    """An async actor: calls in group "pair" (size 2) record the most of them that ran at once;
+    each waits (up to 30 s) until two have run at once, so the first two overlap."""
+
+    def __init__(self):
+        self.running = 0
+        self.most = 0
+        self.cond = None
+
+    @ray.method(concurrency_group="pair")
+    async def enter(self):
+        if self.cond is None:
+            self.cond = asyncio.Condition()
+        async with self.cond:
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.cond.notify_all()
+            met = await asyncio.wait_for(self.cond.wait_for(lambda: self.most >= 2), 30)
+        async with self.cond:
+            self.running -= 1
+        return met
+
+    async def most_at_once(self):
+        return self.most

@@ -24,6 +24,10 @@ def resolve_refs(args, kwargs):
     return [value(a) for a in args], {k: value(v) for k, v in kwargs.items()}
 
 
+# A call's method name carries an explicit concurrency group as "method@group" to the host.
+GROUP_SEPARATOR = "@"
+
+
 class ActorState:
     """See the module docstring. `runtime` provides post(fn), start_actor(actor) and
     actor_died(actor, worker, how)."""
@@ -37,7 +41,8 @@ class ActorState:
         self.options = options
         self.args, self.kwargs = args, kwargs
         self.is_async = any(m[1] for m in methods.values())
-        self.use_async_path = self.is_async or int(options.get("max_concurrency") or 1) > 1
+        self.use_async_path = (self.is_async or int(options.get("max_concurrency") or 1) > 1
+                               or bool(options.get("concurrency_groups")))
         self.restarts_left = int(options.get("max_restarts") or 0)
         self.name = options.get("name")
         self.namespace = options.get("namespace")
@@ -62,13 +67,21 @@ class ActorState:
                                   f"({self.actor_id}) died: {e}")
 
     # -- calls ---------------------------------------------------------------------------
-    def submit(self, method, args, kwargs, num_returns):
-        """The ObjectRef(s) (or ObjectRefGenerator) of a call; never blocks on the actor."""
+    def submit(self, method, args, kwargs, num_returns, group=None):
+        """The ObjectRef(s) (or ObjectRefGenerator) of a call; never blocks on the actor.
+        `group`: the concurrency group the call runs in (None: the method's own)."""
         if method not in self.methods:
             raise AttributeError(f"'{self.cls_name}' actor has no method '{method}' "
                                  f"(its methods: {sorted(self.methods)})")
+        if group is not None:
+            groups = self.options.get("concurrency_groups") or {}
+            if group not in groups:
+                raise ValueError(f"{self.cls_name}.{method}: concurrency group {group!r} is not "
+                                 f"one of the actor's (its groups: {sorted(groups)})")
         streaming = num_returns == "streaming" or (num_returns is None
                                                    and self.methods[method][0])
+        if group is not None:
+            method = f"{method}{GROUP_SEPARATOR}{group}"
         fast = self._send_now(method, args, kwargs, num_returns, streaming)
         if fast is not None:
             return fast

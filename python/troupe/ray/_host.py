@@ -93,9 +93,15 @@ class ActorHost:
     """Hosts one Ray actor: constructs the user's class and runs its methods.
 
     ``call`` runs a method on troupe's method thread (calls run one at a time, in order);
-    ``call_async`` serves async actors (coroutines overlap on the event loop, up to
-    max_concurrency) and threaded actors (max_concurrency > 1: methods run on that many
-    threads); ``call_stream`` serves generator methods (num_returns="streaming")."""
+    ``call_async`` serves async actors (coroutines overlap on the event loop) and threaded
+    actors (methods run on threads); ``call_stream`` serves generator methods
+    (num_returns="streaming").
+
+    Concurrency groups, as Ray's: the default group has max_concurrency slots and each of
+    `concurrency_groups` its own size; a call runs in the group named after "@" in its method
+    name (``.options(concurrency_group=)``), else in its method's @ray.method group, else in
+    the default one. A threaded actor has a thread pool per group (threads named
+    "ray-actor-GROUP", "ray-actor" for the default group), an async actor a semaphore per group on its one event loop."""
 
     def __init__(self, spec, payload, buffers, context):
         _apply_startup(context)
@@ -103,32 +109,44 @@ class ActorHost:
         self._name = getattr(cls, "__qualname__", str(cls))
         args, kwargs = _serial.loads(payload, buffers)
         self._obj = cls(*args, **kwargs)
-        concurrency = int(context.get("max_concurrency") or 1)
-        self._semaphore = None
-        self._pool = None
-        if context.get("is_async"):
-            self._concurrency = concurrency
-        elif concurrency > 1:
-            self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="ray-actor")
+        sizes = {None: int(context.get("max_concurrency") or 1)}  # None: the default group
+        sizes.update((g, int(n)) for g, n in (context.get("concurrency_groups") or {}).items())
+        self._sizes = sizes
+        self._is_async = bool(context.get("is_async"))
+        self._semaphores = {}  # async actors: made on the event loop, on first use
+        self._pools = {}
+        if not self._is_async and (len(sizes) > 1 or sizes[None] > 1):
+            self._pools = {g: ThreadPoolExecutor(
+                n, thread_name_prefix="ray-actor" if g is None else f"ray-actor-{g}")
+                for g, n in sizes.items()}
+
+    def _group_of(self, method):
+        name, _, group = method.partition("@")
+        fn = getattr(self._obj, name)
+        group = group or getattr(fn, "__ray_concurrency_group__", None)
+        return name, fn, group
 
     def ready(self):
         return os.getpid()
 
     def call(self, method, a, b, pickled):
-        return _run(f"{self._name}.{method}", getattr(self._obj, method), a, b, pickled)
+        name, fn, _ = self._group_of(method)
+        return _run(f"{self._name}.{name}", fn, a, b, pickled)
 
     def call_stream(self, method, a, b, pickled):
-        yield from _stream(f"{self._name}.{method}", getattr(self._obj, method), a, b, pickled)
+        name, fn, _ = self._group_of(method)
+        yield from _stream(f"{self._name}.{name}", fn, a, b, pickled)
 
     async def call_async(self, method, a, b, pickled):
-        name = f"{self._name}.{method}"
-        fn = getattr(self._obj, method)
-        if self._pool is not None:  # a threaded actor
+        name, fn, group = self._group_of(method)
+        name = f"{self._name}.{name}"
+        if self._pools:  # a threaded actor
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._pool, _run, name, fn, a, b, pickled)
-        if self._semaphore is None:
-            self._semaphore = asyncio.Semaphore(self._concurrency)
-        async with self._semaphore:
+            return await loop.run_in_executor(self._pools[group], _run, name, fn, a, b, pickled)
+        semaphore = self._semaphores.get(group)
+        if semaphore is None:
+            semaphore = self._semaphores[group] = asyncio.Semaphore(self._sizes[group])
+        async with semaphore:
             try:
                 args, kwargs = _arguments(a, b, pickled)
                 out = fn(*args, **kwargs)

@@ -109,8 +109,16 @@ def merged(base, extra):
     return out
 
 
-def concurrency_of(options):
-    """The threads of a threaded actor: max_concurrency plus every concurrency group's size (a
-    method runs on any of them; groups do not get pools of their own)."""
+def check_method_groups(cls, options, where):
+    """Every @ray.method(concurrency_group=G) of `cls` names one of `concurrency_groups`
+    (ValueError otherwise, as Ray refuses such an actor)."""
     groups = options.get("concurrency_groups") or {}
-    return int(options.get("max_concurrency") or 1) + sum(int(v) for v in groups.values())
+    for name, size in groups.items():
+        if not isinstance(name, str) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"{where}: concurrency_groups must map group names to sizes >= 1, "
+                             f"not {name!r}: {size!r}")
+    for attr in dir(cls):
+        group = getattr(getattr(cls, attr, None), "__ray_concurrency_group__", None)
+        if group is not None and group not in groups:
+            raise ValueError(f"{where}: method {attr} is in concurrency group {group!r}, which "
+                             f"the actor does not define (its groups: {sorted(groups)})")

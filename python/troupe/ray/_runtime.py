@@ -246,7 +246,8 @@ class DriverRuntime:
 
         strategy = opts.get("scheduling_strategy")
         extra = {"actor_id": actor.actor_id, "is_async": actor.is_async,
-                 "max_concurrency": opts.get("max_concurrency") or (1000 if actor.is_async else 1)}
+                 "max_concurrency": opts.get("max_concurrency") or (1000 if actor.is_async else 1),
+                 "concurrency_groups": dict(opts.get("concurrency_groups") or {})}
         if isinstance(strategy, PlacementGroupSchedulingStrategy):
             extra.update(placement_group=strategy.placement_group.id,
                          bundle_index=bundle.index if bundle else -1,

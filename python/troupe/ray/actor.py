@@ -90,8 +90,7 @@ class ActorClass:
         if self._methods is None:
             self._methods = method_table(cls)
         options = dict(options)
-        if options.get("concurrency_groups"):
-            options["max_concurrency"] = _options.concurrency_of(options)
+        _options.check_method_groups(cls, options, f"{cls.__qualname__}.options")
         return _api.api().create_actor(definition_spec(cls), f"{cls.__module__}.{cls.__qualname__}",
                                        self._methods, options, tuple(args), dict(kwargs))
 
@@ -100,23 +99,26 @@ class ActorMethod:
     """``handle.method``: ``.remote(*args, **kwargs)`` calls it and returns an ObjectRef (a list
     of them with num_returns > 1, an ObjectRefGenerator with num_returns="streaming")."""
 
-    def __init__(self, handle, name, num_returns=None):
+    def __init__(self, handle, name, num_returns=None, concurrency_group=None):
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
+        self._group = concurrency_group
 
     def remote(self, *args, **kwargs):
         from troupe.ray import _api
 
         return _api.api().call_actor(self._handle._actor_id, self._name, tuple(args),
-                                     dict(kwargs), self._num_returns)
+                                     dict(kwargs), self._num_returns, self._group)
 
     def options(self, **options):
         _options.check(options, _options.METHOD, f"{self._name}.options")
-        if options.get("concurrency_group") is not None:
-            pass  # every method of a threaded actor runs on its shared pool (see README)
-        return ActorMethod(self._handle, self._name, options.get("num_returns",
-                                                                 self._num_returns))
+        group = options.get("concurrency_group", self._group)
+        if group is not None and not isinstance(group, str):
+            raise TypeError(f"{self._name}.options: concurrency_group must be a str, not "
+                            f"{type(group).__name__}")
+        return ActorMethod(self._handle, self._name,
+                           options.get("num_returns", self._num_returns), group)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actor methods cannot be called directly. Instead of running "
@@ -156,7 +158,9 @@ class ActorHandle:
 
 
 def method(num_returns=None, concurrency_group=None, **unsupported):
-    """@ray.method(num_returns=N): the default num_returns of an actor method."""
+    """@ray.method(num_returns=N, concurrency_group=G): the default num_returns of an actor
+    method, and the concurrency group its calls run in (one of the actor's
+    `concurrency_groups`; default: the actor's own max_concurrency)."""
     if unsupported:
         from troupe.ray.exceptions import NotSupportedError
 
@@ -165,6 +169,7 @@ def method(num_returns=None, concurrency_group=None, **unsupported):
 
     def mark(fn):
         fn.__ray_num_returns__ = num_returns
+        fn.__ray_concurrency_group__ = concurrency_group
         return fn
 
     return mark
