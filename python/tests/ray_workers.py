@@ -177,3 +177,15 @@ class AsyncGrouped:
 
     async def most_at_once(self):
         return self.most
+
+
+@ray.remote
+class StartProbe:
+    """How this actor's process started."""
+
+    def started(self):
+        from troupe.ray import _host
+
+        with open("/proc/self/environ", "rb") as f:
+            forked = b"TROUPE_ROLE=forkserver" in f.read().split(b"\0")  # FS-2: inherited block
+        return {"forked": forked, "host_imported_here": _host.IMPORTED_BY_PID == os.getpid()}

@@ -147,6 +147,13 @@ def test_py_executable_runs_the_actor_on_that_interpreter(cluster, tmp_path):
     ray.kill(a)
 
 
+def test_actors_fork_from_a_server_that_imported_troupe_ray(cluster):
+    # ray.init preloads troupe.ray's actor host in each host's fork server: an actor is forked
+    # and does not import troupe.ray again.
+    assert ray.get(w.StartProbe.remote().started.remote(), timeout=60) == \
+        {"forked": True, "host_imported_here": False}
+
+
 def test_threaded_and_async_actors_overlap(cluster):
     r = w.Rendezvous.options(max_concurrency=2).remote()
     assert sorted(ray.get([r.meet.remote(), r.meet.remote()], timeout=30)) == [0, 1]

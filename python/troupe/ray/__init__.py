@@ -87,7 +87,9 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
     cluster = troupe.Cluster(
         num_hosts=int(_num_nodes), num_gpus_per_host=int(num_gpus or 0),
         num_cpus_per_host=float(num_cpus or 0), log_to_driver=kwargs.get("log_to_driver", True),
-        python=python, address=address)
+        python=python, address=address,
+        # Actor and task hosts import troupe.ray: imported once by each host's fork server.
+        python_preload=["troupe.ray._host"])
     rt = _runtime.DriverRuntime(cluster, True, namespace or f"anonymous-{os.getpid()}",
                                 {"env_vars": env}, "ray" in sys.modules and
                                 sys.modules["ray"] is sys.modules[__name__], resources)

@@ -43,6 +43,9 @@ def _error(fn_name, exc):
 
 
 _PLAIN = (type(None), bool, int, float, str)
+# The process that imported this module: the host's Python fork server when ray.init's cluster
+# preloads it (then no actor or task worker imports troupe.ray again).
+IMPORTED_BY_PID = os.getpid()
 
 
 def is_plain(value):
