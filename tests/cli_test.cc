@@ -187,6 +187,11 @@ TEST(Cli, StandingClusterStartStatusStop) {
   r = troupe(env + "start --labels nolabel --address " + address, true);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_HAS(r.output, "--labels: 'nolabel' is not k=v");
+  for (const char* bad : {"tag", "tag=", "tag=-1", "tag=2x", "CPU=4", "=3", "a b=1"}) {
+    r = troupe(env + "start --resources '" + bad + "' --address " + address, true);
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+    EXPECT_HAS(r.output, std::string("--resources: '") + bad + "' is not NAME=AMOUNT");
+  }
 
   r = troupe(env + "stop", true);
   EXPECT_EQ(r.exit_code, 0) << r.output;

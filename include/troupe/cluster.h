@@ -128,6 +128,10 @@ struct ClusterOptions {
   static ClusterOptions connect(std::string address);
 };
 
+// Custom resources a host offers (`troupe start --resources NAME=AMOUNT`) travel as its labels
+// "resource:NAME" -> AMOUNT (a decimal number).
+inline constexpr const char* kResourceLabelPrefix = "resource:";
+
 struct HostInfo {
   size_t index = 0;
   std::string name;

@@ -309,6 +309,7 @@ void bind_driver(pyb::module_& m) {
                d["address"] = h.address;
                d["num_cpus"] = h.num_cpus;
                d["gpu_ids"] = h.gpu_ids;
+               d["labels"] = h.labels;
                d["agent_pid"] = h.agent_pid;
                d["alive"] = h.alive;
                out.append(d);

@@ -27,6 +27,13 @@ def test_init_auto_attaches_to_the_standing_cluster(standing, monkeypatch,  # no
             nodes = ray.nodes()
             assert [n["NodeManagerAddress"] for n in nodes] == ["127.0.0.9"]
             assert ray.cluster_resources()["GPU"] == 2
+            # Custom resources the agent declared (troupe start --resources tag_b=2,...).
+            assert ray.cluster_resources()["tag_b"] == 2
+            assert ray.cluster_resources()["disk.ssd"] == 0.5
+            holder = w.Counter.options(resources={"tag_b": 2}).remote(1)
+            assert ray.get(holder.where.remote(), timeout=60)[0] == "127.0.0.9"
+            assert "tag_b" not in ray.available_resources()  # all of it held, as Ray shows
+            ray.kill(holder)
             c = w.Counter.options(num_gpus=1).remote(1)
             ip, gpus, cuda, _ = ray.get(c.where.remote(), timeout=60)
             assert ip == "127.0.0.9" and len(gpus) == 1 and cuda == str(gpus[0])

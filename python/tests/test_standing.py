@@ -32,8 +32,8 @@ def _read_until(stream, pattern, timeout):
 @pytest.fixture(scope="module")
 def standing(tmp_path_factory):
     """(address, token): a head on 127.0.0.1 (any free port) and one agent, py-a, on
-    127.0.0.9 with 2 CPUs and 2 GPUs, whose Python fork servers preload fork_preload_mod
-    (python/tests); both stopped (SIGTERM, then SIGKILL) afterwards."""
+    127.0.0.9 with 2 CPUs, 2 GPUs and the custom resources tag_b (2) and disk.ssd (0.5), whose
+    Python fork servers preload fork_preload_mod (python/tests); both stopped (SIGTERM, then SIGKILL) afterwards."""
     if not os.path.exists(TROUPE_CLI):
         pytest.skip(f"the troupe command is not built ({TROUPE_CLI})")
     tmp = tmp_path_factory.mktemp("standing")
@@ -51,7 +51,7 @@ def standing(tmp_path_factory):
         agent = subprocess.Popen(
             [TROUPE_CLI, "start", "--address", address, "--block", "--node-ip-address",
              "127.0.0.9", "--host-name", "py-a", "--num-cpus", "2", "--num-gpus", "2",
-             "--python-preload", "fork_preload_mod"],
+             "--python-preload", "fork_preload_mod", "--resources", "tag_b=2,disk.ssd=0.5"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(agent)
         deadline = time.monotonic() + 20

@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
 
   bool start_head = false;
   std::string labels;
+  std::string resources;
   troupe::cli::StartHeadOptions head;
   troupe::cli::StartAgentOptions agent;
   CLI::App* start_cmd = app.add_subcommand(
@@ -147,6 +148,10 @@ int main(int argc, char** argv) {
           "GPUs this host offers (default: CUDA_VISIBLE_DEVICES, else NVML's count, else none)")
       ->check(CLI::NonNegativeNumber);
   start_cmd->add_option("--labels", labels, "host labels, k=v,k=v");
+  start_cmd->add_option("--resources", resources,
+                        "custom resources this host offers, NAME=AMOUNT,... (carried as the "
+                        "labels resource:NAME=AMOUNT; troupe.ray's options(resources=) asks for "
+                        "them)");
   start_cmd
       ->add_option("--object-store-memory", agent.object_store_memory,
                    "bytes of this host's object store (default: 30% of MemTotal)")
@@ -277,6 +282,29 @@ int main(int argc, char** argv) {
         return 2;
       }
       agent.labels[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    std::stringstream rs(resources);
+    for (std::string kv; std::getline(rs, kv, ',');) {
+      auto eq = kv.find('=');
+      std::string name = kv.substr(0, eq);
+      double amount = -1;
+      if (eq != std::string::npos) {
+        const std::string text = kv.substr(eq + 1);
+        char* end = nullptr;
+        amount = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0') amount = -1;
+      }
+      bool name_ok = !name.empty() && name.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789_.-/") == std::string::npos;
+      if (eq == std::string::npos || !name_ok || !(amount >= 0) || name == "CPU" || name == "GPU") {
+        std::fprintf(stderr,
+                     "--resources: '%s' is not NAME=AMOUNT (a name of letters, digits and _.-/ "
+                     "other than CPU and GPU, and an amount >= 0)\n",
+                     kv.c_str());
+        return 2;
+      }
+      agent.labels[std::string(troupe::kResourceLabelPrefix) + name] = kv.substr(eq + 1);
     }
     agent.node_ip_address = head.node_ip_address;
     agent.token_file = head.token_file;

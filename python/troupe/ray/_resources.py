@@ -61,6 +61,18 @@ class Pool:
             self.avail[k] = self.avail.get(k, 0) + v
 
 
+RESOURCE_LABEL = "resource:"  # troupe::kResourceLabelPrefix (include/troupe/cluster.h)
+
+
+def custom_of(host, extra):
+    """A host's custom resources: its labels "resource:NAME" = AMOUNT (`troupe start
+    --resources`), plus `extra` (ray.init(resources=) for an embedded cluster's first host)."""
+    out = {k[len(RESOURCE_LABEL):]: float(v) for k, v in (host.get("labels") or {}).items()
+           if k.startswith(RESOURCE_LABEL)}
+    out.update(extra or {})
+    return out
+
+
 class Node:
     def __init__(self, index, name, address, cpus, gpu_ids, custom):
         self.index = index

@@ -62,7 +62,8 @@ class DriverRuntime:
         self.install_as_ray = install_as_ray
         self.lock = threading.RLock()
         self.nodes = [_resources.Node(h["index"], h["name"], h["address"], h["num_cpus"],
-                                      h["gpu_ids"], custom_resources if h["index"] == 0 else None)
+                                      h["gpu_ids"], _resources.custom_of(
+                                          h, custom_resources if h["index"] == 0 else None))
                       for h in cluster.hosts()]
         self.exported = {}
         self.actors = {}
