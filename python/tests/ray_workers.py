@@ -26,6 +26,12 @@ def sleep_then(seconds, value):
 
 
 @ray.remote
+def call_add(counter, x):
+    """Calls add(x) on the actor whose handle it was given."""
+    return ray.get(counter.add.remote(x))
+
+
+@ray.remote
 def fail(message):
     raise ValueError(message)
 

@@ -54,6 +54,13 @@ class ActorState:
         self.allocation = None
         self.incarnation = 0
         self.node = None
+        # Lifetime (Ray's reference counting, driver-side): `escaped` once a handle left the
+        # driver or a streaming call was made (then only ray.kill or shutdown ends it);
+        # `collecting` once the driver's last handle is gone; `sent` holds the futures of calls
+        # sent, so that collection waits for the ones still running.
+        self.escaped = False
+        self.collecting = False
+        self.sent = collections.deque()
 
     # -- errors --------------------------------------------------------------------------
     def error_of(self, e):
@@ -117,6 +124,7 @@ class ActorState:
                 return None
             future = worker.call("call_async" if self.use_async_path else "call", method,
                                  list(args), kwargs, False)
+            self._track(future)
         return _objects.ObjectRef(_objects.new_id(), _objects._Cell.of_future(
             future, _objects.decode_result, self.error_of))
 
@@ -135,10 +143,50 @@ class ActorState:
             cell.set_error(e)
             return
         if not isinstance(cell, _objects._Cell):
+            self.escaped = True  # a stream's end is not tracked: never collected
             cell.bind(self.worker.stream("call_stream", method, a, b, pickled))
             return
         host_method = "call_async" if self.use_async_path else "call"
-        cell.bind(self.worker.call(host_method, method, a, b, pickled))
+        future = self.worker.call(host_method, method, a, b, pickled)
+        self._track(future)
+        cell.bind(future)
+
+    def _track(self, future):
+        """Remembers a sent call's future (under self.lock) until it is done."""
+        sent = self.sent
+        sent.append(future)
+        while sent and sent[0].done():
+            sent.popleft()
+        if len(sent) > 1024:
+            self.sent = collections.deque(f for f in sent if not f.done())
+
+    def collect(self):
+        """The driver's last handle is gone (dispatcher thread): stops the actor, no restart,
+        once its queued calls are sent and every sent call is done, as Ray ends an actor whose
+        handles all went out of scope after its pending calls."""
+        with self.lock:
+            self.collecting = True
+            if self.dead is not None:
+                return
+            if self.queue:
+                return  # drain() calls back once the queue is empty
+            running = [f for f in self.sent if not f.done()]
+            self.sent.clear()
+        if not running:
+            self.runtime.kill(self.actor_id, True)
+            return
+        left = [len(running)]
+        lock = threading.Lock()
+
+        def one_done(_future):
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                self.runtime.post(lambda: self.runtime.kill(self.actor_id, True))
+
+        for f in running:
+            f.add_done_callback(one_done)
 
     def drain(self):
         """Sends the queued calls that can go, in order (on the runtime's dispatcher thread)."""
@@ -158,6 +206,9 @@ class ActorState:
                     return
                 self.queue.popleft()
                 self._send(method, args, kwargs, cell)
+            if not self.collecting:
+                return
+        self.runtime.post(self.collect)
 
     # -- life ----------------------------------------------------------------------------
     def started(self, worker):

@@ -67,6 +67,8 @@ class DriverRuntime:
                       for h in cluster.hosts()]
         self.exported = {}
         self.actors = {}
+        self.handles = {}  # actor id -> ActorHandles alive in this driver
+        self.lifetime_decisions = []
         self.named = {}
         self.pgs = {}
         self.pending = []
@@ -206,6 +208,44 @@ class DriverRuntime:
             pg.ready_cell.set_error(rex.PlacementGroupSchedulingError(
                 f"placement group {pg_id} was removed"))
         self.post(self.schedule)
+
+    # -- actor lifetime (handles) ---------------------------------------------------------
+    def handle_acquired(self, actor_id):
+        """An ActorHandle of `actor_id` was made in this driver."""
+        with self.lock:
+            self.handles[actor_id] = self.handles.get(actor_id, 0) + 1
+
+    def handle_escaped(self, actor_id):
+        """A handle of `actor_id` was pickled: it may live on in a worker, which this driver
+        does not count, so the actor lives until ray.kill, its placement group's removal or
+        shutdown."""
+        actor = self.actors.get(actor_id)
+        if actor is not None:
+            actor.escaped = True
+
+    def handle_released(self, actor_id):
+        """An ActorHandle of `actor_id` made in this driver was garbage-collected (any thread,
+        inside __del__: only takes self.lock and posts). The last one ends the actor unless it
+        is detached or a handle escaped; the decision is appended to self.lifetime_decisions as
+        (actor_id, "collected" | "kept: detached" | "kept: a handle left the driver")."""
+        with self.lock:
+            n = self.handles.get(actor_id, 0) - 1
+            if n > 0:
+                self.handles[actor_id] = n
+                return
+            self.handles.pop(actor_id, None)
+            actor = self.actors.get(actor_id)
+            if actor is None or actor.dead is not None or self._closed:
+                return
+            if actor.options.get("lifetime") == "detached":
+                decision = "kept: detached"
+            elif actor.escaped:
+                decision = "kept: a handle left the driver"
+            else:
+                decision = "collected"
+            self.lifetime_decisions.append((actor_id, decision))
+        if decision == "collected":
+            self.post(actor.collect)
 
     # -- actors --------------------------------------------------------------------------
     def create_actor(self, spec, cls_name, methods, options, args, kwargs):

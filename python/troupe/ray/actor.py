@@ -130,9 +130,21 @@ class ActorHandle:
     returned from tasks and other actors."""
 
     def __init__(self, actor_id, methods, cls_name):
+        from troupe.ray import _runtime
+
         self._actor_id = actor_id
         self._methods = dict(methods)
         self._cls_name = cls_name
+        # Counted by the driver's runtime (not inside a worker): the driver's last handle ends
+        # a non-detached actor whose handle never left the driver (DriverRuntime.handle_*).
+        self._runtime = _runtime.current()
+        if self._runtime is not None:
+            self._runtime.handle_acquired(actor_id)
+
+    def __del__(self):
+        rt = self.__dict__.get("_runtime")
+        if rt is not None:
+            rt.handle_released(self._actor_id)
 
     def __getattr__(self, name):
         if name.startswith("__") or name not in self.__dict__.get("_methods", {}):
@@ -154,6 +166,8 @@ class ActorHandle:
         return hash(self._actor_id)
 
     def __reduce__(self):
+        if self._runtime is not None:
+            self._runtime.handle_escaped(self._actor_id)
         return (ActorHandle, (self._actor_id, self._methods, self._cls_name))
 
 
