@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import socket
 import sys
 import threading
 import time
@@ -195,3 +196,16 @@ class StartProbe:
         with open("/proc/self/environ", "rb") as f:
             forked = b"TROUPE_ROLE=forkserver" in f.read().split(b"\0")  # FS-2: inherited block
         return {"forked": forked, "host_imported_here": _host.IMPORTED_BY_PID == os.getpid()}
+
+
+@ray.remote
+class ApiPath:
+    """How this worker reaches the driver's API (after one nested call)."""
+
+    def nested(self, start):
+        from troupe.ray import _proxy
+
+        c = Counter.remote(start)
+        value = ray.get(c.add.remote(1))
+        conn = _proxy.client()._conn()
+        return value, conn.family == socket.AF_INET

@@ -92,9 +92,24 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
         python_preload=["troupe.ray._host"])
     rt = _runtime.DriverRuntime(cluster, True, namespace or f"anonymous-{os.getpid()}",
                                 {"env_vars": env}, "ray" in sys.modules and
-                                sys.modules["ray"] is sys.modules[__name__], resources)
+                                sys.modules["ray"] is sys.modules[__name__], resources,
+                                _address_towards(address or os.environ.get("TROUPE_ADDRESS")))
     _runtime.set_current(rt)
     return _runtime_info()
+
+
+def _address_towards(head):
+    """This machine's address on the way to the head at `head` ("HOST:PORT"; None: an embedded
+    cluster, on loopback): where workers on other hosts reach this driver. A UDP socket's
+    connect sends nothing; it only picks the route."""
+    if not head:
+        return "127.0.0.1"
+    import socket
+
+    host = head.rsplit(":", 1)[0]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect((host, 9))
+        return s.getsockname()[0]
 
 
 def _runtime_info():

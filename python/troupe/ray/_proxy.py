@@ -1,14 +1,28 @@
-"""Nested Ray API calls from inside workers: the driver listens on a Unix socket in its session
-directory (mode 0700, so only this user reaches it; no cluster token goes to any worker) and
-serves each worker connection on a thread of its own; a worker's troupe.ray sends each call there
-(one connection per thread) and blocks for the answer.
+"""Nested Ray API calls from inside workers: the driver serves them on a Unix socket in its
+session directory (mode 0600 in a 0700 directory, so only this user reaches it) and on a TCP
+port of the address its hosts reach it on, for workers on other hosts. Each worker connection is
+served on a thread of its own; a worker's troupe.ray sends each call there (one connection per
+thread) and blocks for the answer. No cluster token goes to any worker: a TCP connection is
+authenticated both ways with a secret of this driver's (32 random bytes, given to its workers in
+their start-up context, never in their environment) before anything is unpickled:
+
+  client -> server  32-byte client nonce
+  server -> client  32-byte server nonce + HMAC-SHA256(secret, "server" + both nonces)
+  client -> server  HMAC-SHA256(secret, "client" + both nonces)
+
+A peer that fails or stalls (5 s) is closed without a byte of its unpickled; at most 64
+handshakes run at once (more are closed at once).
 
 Frames: 8-byte big-endian length + a pickle of (op, args) or ("ok", value) / ("err", exc).
 ObjectRefs, actor handles and placement groups cross by id (their __reduce__).
 """
 
+import errno
+import hashlib
+import hmac
 import os
 import pickle
+import secrets
 import socket
 import struct
 import threading
@@ -46,12 +60,25 @@ def _recv_exact(sock, n):
     return b"".join(chunks)
 
 
-class Server:
-    """The driver side; `api` is troupe.ray._api.DriverApi (op -> method)."""
+_NONCE = 32
+_HANDSHAKE_TIMEOUT = 5.0
+_MAX_HANDSHAKES = 64
 
-    def __init__(self, runtime, path):
+
+def _mac(secret, role, client_nonce, server_nonce):
+    return hmac.new(secret, role + client_nonce + server_nonce, hashlib.sha256).digest()
+
+
+class Server:
+    """The driver side; `api` is troupe.ray._api.DriverApi (op -> method). `tcp_host`: the
+    address workers on other hosts reach this driver on (None: Unix socket only)."""
+
+    def __init__(self, runtime, path, tcp_host=None):
         self.runtime = runtime
         self.path = path
+        self.secret = secrets.token_bytes(32)
+        self.tcp_address = None
+        self.rejected = 0  # TCP peers closed in the handshake (bad proof, stall, over the cap)
         if os.path.exists(path):
             os.unlink(path)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -59,15 +86,58 @@ class Server:
         os.chmod(path, 0o600)
         self._sock.listen(64)
         self._closed = False
-        threading.Thread(target=self._accept, name="troupe-ray-proxy", daemon=True).start()
+        self._handshakes = threading.BoundedSemaphore(_MAX_HANDSHAKES)
+        threading.Thread(target=self._accept, args=(self._sock, False), name="troupe-ray-proxy",
+                         daemon=True).start()
+        self._tcp = None
+        if tcp_host:
+            self._tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._tcp.bind((tcp_host, 0))
+            self._tcp.listen(64)
+            self.tcp_address = f"{tcp_host}:{self._tcp.getsockname()[1]}"
+            threading.Thread(target=self._accept, args=(self._tcp, True),
+                             name="troupe-ray-proxy-tcp", daemon=True).start()
 
-    def _accept(self):
+    def _accept(self, listener, tcp):
         while not self._closed:
             try:
-                conn, _ = self._sock.accept()
+                conn, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            if tcp and not self._handshakes.acquire(blocking=False):
+                self.rejected += 1
+                conn.close()
+                continue
+            target = self._serve_tcp if tcp else self._serve
+            threading.Thread(target=target, args=(conn,), daemon=True).start()
+
+    def _serve_tcp(self, conn):
+        try:
+            ok = self._handshake(conn)
+        finally:
+            self._handshakes.release()
+        if not ok:
+            self.rejected += 1
+            conn.close()
+            return
+        conn.settimeout(None)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._serve(conn)
+
+    def _handshake(self, conn):
+        """Mutual proof of the secret; True when the peer is one of this driver's workers."""
+        try:
+            conn.settimeout(_HANDSHAKE_TIMEOUT)
+            client_nonce = _recv_exact(conn, _NONCE)
+            if client_nonce is None:
+                return False
+            server_nonce = secrets.token_bytes(_NONCE)
+            conn.sendall(server_nonce + _mac(self.secret, b"server", client_nonce, server_nonce))
+            proof = _recv_exact(conn, 32)
+            return proof is not None and hmac.compare_digest(
+                proof, _mac(self.secret, b"client", client_nonce, server_nonce))
+        except OSError:
+            return False
 
     def _serve(self, conn):
         from troupe.ray import _api
@@ -96,32 +166,66 @@ class Server:
 
     def close(self):
         self._closed = True
+        for listener in (self._tcp, self._sock):
+            if listener is not None:
+                try:
+                    listener.close()
+                except OSError:
+                    pass
         try:
-            self._sock.close()
             os.unlink(self.path)
         except OSError:
             pass
 
 
 class Client:
-    """The worker side: every op goes to the driver."""
+    """The worker side: every op goes to the driver, over its Unix socket when this host has it
+    (the driver's machine), else (or with TROUPE_RAY_API=tcp) over TCP with the handshake."""
 
-    def __init__(self, path):
+    def __init__(self, path, tcp_address=None, secret=None):
         self.path = path
+        self.tcp_address = tcp_address
+        self.secret = bytes.fromhex(secret) if secret else None
         self._local = threading.local()
 
     def _conn(self):
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            if not self.path or not os.path.exists(self.path):
-                raise rex.NotSupportedError(
-                    "troupe.ray: calling the Ray API from inside a worker needs the driver's "
-                    f"control socket ({self.path!r}), which this host cannot reach: nested "
-                    "calls work on the driver's machine (its simulated hosts included); pass "
-                    "results back to the driver instead")
-            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            conn.connect(self.path)
+            conn = self._connect()
             self._local.conn = conn
+        return conn
+
+    def _connect(self):
+        if os.environ.get("TROUPE_RAY_API") != "tcp" and self.path and os.path.exists(self.path):
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.connect(self.path)
+                return conn
+            except OSError as e:  # a shared file system's socket file of another machine
+                conn.close()
+                if e.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+                    raise
+        if not self.tcp_address or not self.secret:
+            raise rex.NotSupportedError(
+                "troupe.ray: calling the Ray API from inside a worker needs the driver's "
+                f"control socket ({self.path!r}), which this host cannot reach, and the driver "
+                "gave no TCP address")
+        host, port = self.tcp_address.rsplit(":", 1)
+        conn = socket.create_connection((host, int(port)), timeout=_HANDSHAKE_TIMEOUT)
+        try:
+            client_nonce = secrets.token_bytes(_NONCE)
+            conn.sendall(client_nonce)
+            reply = _recv_exact(conn, _NONCE + 32)
+            if reply is None or not hmac.compare_digest(
+                    reply[_NONCE:], _mac(self.secret, b"server", client_nonce, reply[:_NONCE])):
+                raise rex.RaySystemError(
+                    f"troupe.ray: {self.tcp_address} did not prove it is this job's driver")
+            conn.sendall(_mac(self.secret, b"client", client_nonce, reply[:_NONCE]))
+        except BaseException:
+            conn.close()
+            raise
+        conn.settimeout(None)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return conn
 
     def request(self, op, *args):
@@ -142,5 +246,6 @@ _client = None
 def client():
     global _client
     if _client is None:
-        _client = Client(_context.get("driver_socket"))
+        _client = Client(_context.get("driver_socket"), _context.get("driver_tcp"),
+                         _context.get("driver_secret"))
     return _client

@@ -53,7 +53,8 @@ class PlacementGroupState:
 
 
 class DriverRuntime:
-    def __init__(self, cluster, owned, namespace, runtime_env, install_as_ray, custom_resources):
+    def __init__(self, cluster, owned, namespace, runtime_env, install_as_ray, custom_resources,
+                 api_host="127.0.0.1"):
         self.cluster = cluster
         self.owned = owned
         self.namespace = namespace
@@ -81,7 +82,8 @@ class DriverRuntime:
         self._dispatcher.start()
         from troupe.ray import _proxy
 
-        self.server = _proxy.Server(self, os.path.join(cluster.session_dir, "ray-driver.sock"))
+        self.server = _proxy.Server(self, os.path.join(cluster.session_dir, "ray-driver.sock"),
+                                    api_host)
 
     # -- the dispatcher thread -----------------------------------------------------------
     def post(self, fn):
@@ -114,7 +116,8 @@ class DriverRuntime:
     def context_for(self, node, gpus, extra):
         ctx = {"node_id": node.node_id, "node_ip": node.address, "job_id": self.job_id,
                "namespace": self.namespace, "gpu_ids": list(gpus),
-               "driver_socket": self.server.path, "install_as_ray": self.install_as_ray}
+               "driver_socket": self.server.path, "driver_tcp": self.server.tcp_address,
+               "driver_secret": self.server.secret.hex(), "install_as_ray": self.install_as_ray}
         ctx.update(extra)
         return ctx
 
