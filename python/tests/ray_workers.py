@@ -209,3 +209,15 @@ class ApiPath:
         value = ray.get(c.add.remote(1))
         conn = _proxy.client()._conn()
         return value, conn.family == socket.AF_INET
+
+
+@ray.remote
+def consume(gen):
+    """The values of an ObjectRefGenerator it was given, in order."""
+    return [ray.get(ref) for ref in gen]
+
+
+@ray.remote
+def stream_from(counter, n):
+    """Makes a streaming call itself and returns what it yielded."""
+    return [ray.get(ref) for ref in counter.stream.options(num_returns="streaming").remote(n)]

@@ -82,6 +82,13 @@ class DriverApi:
     def get_actor(self, name, namespace):
         return _handle(self.rt.get_actor(name, namespace))
 
+    def generator_next(self, gen_id, timeout):
+        """The next ref of a generator passed to a worker; StopIteration at its end."""
+        gen = self.rt.generators.get(gen_id)
+        if gen is None:
+            raise rex.ObjectLostError(gen_id, f"no ObjectRefGenerator {gen_id} in this job")
+        return gen._next(timeout)
+
     def create_pg(self, bundles, strategy, name):
         return _pg(self.rt.create_pg(bundles, strategy, name))
 

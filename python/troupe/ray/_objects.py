@@ -262,6 +262,31 @@ class ObjectRefGenerator:
         return ObjectRef(new_id(), cell)
 
     def __reduce__(self):
-        raise rex.NotSupportedError(
-            "passing an ObjectRefGenerator to another task or actor is not supported by "
-            "troupe.ray: iterate it where it was made and pass the ObjectRefs")
+        from troupe.ray import _runtime
+
+        return (_runtime.restore_generator, (_runtime.export_generator(self),))
+
+
+class RemoteObjectRefGenerator:
+    """An ObjectRefGenerator passed to a task or actor: each ``next`` asks the driver, which
+    holds the generator, for its next ref (so the items are shared with whoever else iterates
+    the same generator, as Ray's are)."""
+
+    def __init__(self, gen_id):
+        self._gen_id = gen_id
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._next(None)
+
+    def _next(self, timeout):
+        from troupe.ray import _api
+
+        return _api.api().generator_next(self._gen_id, timeout)
+
+    def __reduce__(self):
+        from troupe.ray import _runtime
+
+        return (_runtime.restore_generator, (self._gen_id,))

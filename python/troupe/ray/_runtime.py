@@ -41,6 +41,23 @@ def restore_ref(key):
     return _objects.ObjectRef(key[0], None, key[1])
 
 
+def export_generator(gen):
+    """Makes the ObjectRefGenerator `gen` reachable by id from workers (kept until shutdown)."""
+    if _driver is None:
+        raise rex.RaySystemError("an ObjectRefGenerator can only be exported by the driver")
+    gen_id = getattr(gen, "_export_id", None)
+    if gen_id is None:
+        gen_id = gen._export_id = _objects.new_id()
+        _driver.generators[gen_id] = gen
+    return gen_id
+
+
+def restore_generator(gen_id):
+    if _driver is not None and gen_id in _driver.generators:
+        return _driver.generators[gen_id]
+    return _objects.RemoteObjectRefGenerator(gen_id)
+
+
 class PlacementGroupState:
     def __init__(self, pg_id, requests, strategy, name):
         self.pg_id = pg_id
@@ -67,6 +84,7 @@ class DriverRuntime:
                                           h, custom_resources if h["index"] == 0 else None))
                       for h in cluster.hosts()]
         self.exported = {}
+        self.generators = {}  # ObjectRefGenerators passed to workers, by id
         self.actors = {}
         self.handles = {}  # actor id -> ActorHandles alive in this driver
         self.lifetime_decisions = []
