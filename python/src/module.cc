@@ -316,6 +316,37 @@ void bind_driver(pyb::module_& m) {
              }
              return out;
            })
+      .def("put",
+           [](Cluster& c, const pyb::object& data) {
+             Value v = to_value(data, "Cluster.put");
+             if (!v.is_bytes())
+               throw Error(ErrorCode::kInvalidArgument,
+                           "Cluster.put takes bytes-like data (bytes, bytearray, memoryview, a "
+                           "contiguous NumPy array), not " +
+                               std::string(Py_TYPE(data.ptr())->tp_name));
+             ObjectRef ref;
+             {
+               pyb::gil_scoped_release release;
+               ref = c.put(v.as_bytes());
+             }
+             pyb::object array = from_value(Value(ref.bytes()));
+             array.attr("setflags")(pyb::arg("write") = false);  // a read-only mapping
+             return array;
+           })
+      .def("object_store_usage",
+           [](const Cluster& c, size_t host, double timeout) {
+             ObjectStoreUsage u;
+             {
+               pyb::gil_scoped_release release;
+               u = c.object_store_usage(host, ms(timeout));
+             }
+             pyb::dict d;
+             d["objects"] = u.objects;
+             d["bytes"] = u.bytes;
+             d["capacity"] = u.capacity;
+             d["files"] = u.files;
+             return d;
+           })
       .def("session_dir", &Cluster::session_dir)
       .def("metrics_address", &Cluster::metrics_address)
       .def("timeline",

@@ -221,3 +221,11 @@ def consume(gen):
 def stream_from(counter, n):
     """Makes a streaming call itself and returns what it yielded."""
     return [ray.get(ref) for ref in counter.stream.options(num_returns="streaming").remote(n)]
+
+
+@ray.remote
+class Inspector:
+    """Reports what an argument arrived as."""
+
+    def inspect(self, array):
+        return int(array.sum()), bool(array.flags.writeable)

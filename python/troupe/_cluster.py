@@ -4,6 +4,7 @@ import os
 import sys
 
 from troupe import _core
+from troupe._errors import InvalidArgumentError
 from troupe._futures import Future, Stream
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -217,6 +218,24 @@ class Cluster:
         Returns {"recording", "tracks", "events", "missing", "clock_error_us"}; clock_error_us
         bounds the clock alignment of the workers' events."""
         return self._c.timeline(str(path), float(timeout))
+
+    def put(self, data):
+        """Writes bytes-like `data` (bytes, bytearray, memoryview, a contiguous NumPy array) once
+        into the object store of this driver's host and returns a read-only uint8 NumPy array
+        over it: passed as an argument (any number of times, to any worker) it travels as a
+        reference; workers on this host map it, each other host gets one copy. The object is
+        freed once the array (and every call that carries it) is gone."""
+        try:
+            view = memoryview(data).cast("B")
+        except TypeError as e:
+            raise InvalidArgumentError(
+                f"Cluster.put takes bytes-like data (bytes, bytearray, memoryview, a contiguous "
+                f"NumPy array), not {type(data).__name__} ({e})") from None
+        return self._c.put(view)
+
+    def object_store_usage(self, host=0, timeout=5.0):
+        """{"objects", "bytes", "capacity", "files"} of host `host`'s object store."""
+        return self._c.object_store_usage(int(host), float(timeout))
 
     def shutdown(self):
         """Stops every worker, then every agent; idempotent."""

@@ -16,10 +16,13 @@ def top_level_refs(args, kwargs):
 
 
 def resolve_refs(args, kwargs):
-    """args and kwargs with each top-level ObjectRef replaced by its value (they are done);
+    """args and kwargs with each top-level ObjectRef replaced by its value (they are done), or
+    by its StoredValue (a large ray.put value: it travels as references to the object store);
     raises the error of a failed one."""
     def value(a):
-        return a._result(0) if isinstance(a, _objects.ObjectRef) else a
+        if not isinstance(a, _objects.ObjectRef):
+            return a
+        return a._stored if a._stored is not None else a._result(0)
 
     return [value(a) for a in args], {k: value(v) for k, v in kwargs.items()}
 

@@ -74,7 +74,8 @@ class DriverApi:
         return ready, [r for r in refs if id(r) not in chosen]
 
     def put(self, value):
-        return _objects.ObjectRef(_objects.new_id(), _objects._Cell.of_value(value))
+        return _objects.ObjectRef(_objects.new_id(), _objects._Cell.of_value(value),
+                                  stored=_objects.StoredValue.of(self.rt.cluster, value))
 
     def kill(self, actor_id, no_restart):
         self.rt.kill(actor_id, no_restart)

@@ -172,7 +172,7 @@ class TaskHost:
         return os.getpid()
 
     def _fn(self, spec):
-        key = spec if spec[0] == "ref" else ("value", hash(spec[1]))
+        key = tuple(spec) if spec[0] == "ref" else ("value", bytes(spec[1]))  # a pickle: an array
         fn = self._definitions.get(key)
         if fn is None:
             fn = self._definitions[key] = resolve_definition(spec)

@@ -156,18 +156,53 @@ def decode_result(raw):
     raise err.as_instanceof_cause() from None
 
 
+STORE_THRESHOLD = 1 << 20  # ray.put values from this many pickled bytes go to the store
+
+
+class StoredValue:
+    """A ray.put value written once into the object store of the driver's host (troupe's
+    Cluster.put): its pickle and out-of-band buffers are store objects, and it pickles as
+    out-of-band references to them, so every call it is passed to carries the same objects
+    (workers on the host map them, other hosts get one copy each) instead of a new copy."""
+
+    def __init__(self, cluster, payload, buffers):
+        self.payload = cluster.put(payload) if len(payload) >= STORE_THRESHOLD else payload
+        self.buffers = [cluster.put(b) for b in buffers]
+
+    @classmethod
+    def of(cls, cluster, value):
+        """The StoredValue of `value`, or None when it is small (it then travels inline)."""
+        from troupe.ray import _serial
+
+        payload, buffers = _serial.dumps(value)
+        if len(payload) + sum(len(b) for b in buffers) < STORE_THRESHOLD:
+            return None
+        return cls(cluster, payload, buffers)
+
+    def __reduce__(self):
+        import pickle
+
+        from troupe.ray import _serial
+
+        payload = self.payload
+        if not isinstance(payload, bytes):
+            payload = pickle.PickleBuffer(payload)
+        return (_serial.loads_parts, (payload, *map(pickle.PickleBuffer, self.buffers)))
+
+
 class ObjectRef:
     """A reference to a value that a task or actor call will produce (or ray.put stored).
     ``ray.get(ref)`` returns the value; a ref can be passed as an argument (resolved before the
     call when passed at the top level) and awaited from asyncio. Picklable: inside a worker it
     refers to the driver's object."""
 
-    __slots__ = ("_id", "_cell", "_index", "__weakref__")
+    __slots__ = ("_id", "_cell", "_index", "_stored", "__weakref__")
 
-    def __init__(self, ref_id, cell=None, index=None):
+    def __init__(self, ref_id, cell=None, index=None, stored=None):
         self._id = ref_id
         self._cell = cell
         self._index = index
+        self._stored = stored  # a StoredValue for a large ray.put value
 
     def hex(self):
         return self._id

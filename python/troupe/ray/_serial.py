@@ -26,8 +26,20 @@ def dumps(value):
 
 
 def loads(payload, buffers):
-    """The value dumps() encoded."""
-    return pickle.loads(payload, buffers=list(buffers or ()))
+    """The value dumps() encoded. Its out-of-band buffers are read-only, as Ray's are: a NumPy
+    array argument is a zero-copy view (of the store's mapping, for a large one); copy it to
+    write."""
+    return pickle.loads(payload, buffers=[_read_only(b) for b in buffers or ()])
+
+
+def _read_only(buffer):
+    return memoryview(buffer).toreadonly()
+
+
+def loads_parts(payload, *buffers):
+    """The value of a pickle and its out-of-band buffers (a StoredValue in a worker: they are
+    the store's read-only mappings)."""
+    return pickle.loads(payload, buffers=[_read_only(b) for b in buffers])
 
 
 def dumps_by_value(obj):

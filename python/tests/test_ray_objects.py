@@ -1,0 +1,92 @@
+"""Large ray.put values go through the object store of the driver's host, once: every call they
+are passed to carries the same store object, which workers on this machine map read-only (the
+simulated hosts share it; a host on another machine gets one copy through its agent, as
+tests/netns/multihost_test.sh checks for troupe's own ObjectRefs), and the object is freed with
+its last ref."""
+
+import gc
+import time
+
+import numpy as np
+import pytest
+
+from troupe import ray
+from troupe.ray import _runtime
+from troupe.ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+import ray_workers as w
+
+N = 1 << 20  # int64 elements: 8 MiB, above the 1 MiB store threshold
+SUM = N * (N - 1) // 2  # 0 + 1 + ... + (N - 1)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(_num_nodes=2, num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+def _objects(host):
+    return _runtime.current().cluster.object_store_usage(host)["objects"]
+
+
+def _on(node):
+    return w.Inspector.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        ray.nodes()[node]["NodeID"], soft=False)).remote()
+
+
+def test_a_large_put_is_one_store_object_for_every_call(cluster):
+    local, remote = _on(0), _on(1)
+    ray.get([local.inspect.remote(np.arange(3)), remote.inspect.remote(np.arange(3))],
+            timeout=60)
+    before = (_objects(0), _objects(1))
+    ref = ray.put(np.arange(N, dtype=np.int64))
+    assert _objects(0) == before[0] + 1  # written once, by put
+    # Three calls on the driver's host, two on the other simulated host: read-only mappings.
+    out = ray.get([local.inspect.remote(ref) for _ in range(3)] +
+                  [remote.inspect.remote(ref) for _ in range(2)], timeout=120)
+    assert out == [(SUM, False)] * 5
+    assert _objects(0) == before[0] + 1  # no copy per call
+    assert _objects(1) == before[1]  # the same machine: no copy for the other simulated host
+    del ref
+    deadline = time.monotonic() + 30
+    while (_objects(0), _objects(1)) != before:  # freed with the last ref
+        assert time.monotonic() < deadline, (before, _objects(0), _objects(1))
+        gc.collect()
+        time.sleep(0.05)
+    ray.kill(local)
+    ray.kill(remote)
+
+
+def test_a_small_put_travels_inline(cluster):
+    before = _objects(0)
+    ref = ray.put(np.arange(10))
+    assert _objects(0) == before
+    assert ray.get(w.square.remote(ray.put(7)), timeout=60) == 49
+    assert ray.get(ref).tolist() == list(range(10))
+
+
+def test_array_arguments_are_read_only_views_as_in_ray(cluster):
+    @ray.remote
+    def write(a):  # defined here: the task is sent pickled by value
+        a[0] = 7
+        return int(a[0])
+
+    for value in (np.zeros(N, dtype=np.int64), np.zeros(4)):  # through the store, and inline
+        with pytest.raises(ValueError, match="assignment destination is read-only"):
+            ray.get(write.remote(ray.put(value)), timeout=60)
+    assert ray.get(write.remote(np.zeros(4).tolist()), timeout=60) == 7  # a list is a copy
+
+
+def test_native_put_is_a_read_only_store_object_and_refuses_other_data():
+    import troupe
+
+    with troupe.Cluster(log_to_driver=False) as c:
+        before = c.object_store_usage(0)["objects"]
+        a = c.put(np.arange(300_000, dtype=np.int64))  # 2.4 MB
+        assert a.dtype == np.uint8 and a.nbytes == 2_400_000 and not a.flags.writeable
+        assert c.object_store_usage(0)["objects"] == before + 1
+        for bad, why in ((3, "not int"), (np.arange(10)[::2], "C-contiguous")):
+            with pytest.raises(troupe.InvalidArgumentError, match=why):
+                c.put(bad)
