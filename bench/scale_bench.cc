@@ -1,0 +1,248 @@
+// A WorkerGroup of 64 and of 1,024 workers over 16 simulated hosts (issue 19 item 3): start,
+// one no-op round, one sharded round and shutdown, against floors measured in the same run
+// (manual timing).
+//
+//   BM_Start{64,1024}          timed: the WorkerGroup constructor (ports reserved, every worker
+//                              started and ready). The embedded Cluster of 16 hosts and the
+//                              VirtualCluster (N/16 bundles per host) are made before the clock.
+//   BM_NoopRound{64,1024}      timed: run_all_workers_single_data("noop") until every reply is
+//                              back (get_all_worker_results), on a group started before.
+//   BM_ShardedRound{64,1024}   timed: run_all_workers_sharded_data("echo_int") with one int per
+//                              worker along "dp" (the default sharding), until every reply is
+//                              back.
+//   BM_Shutdown{64,1024}       timed: WorkerGroup::shutdown (SIGTERM, every process reaped) and
+//                              the release of the VirtualCluster.
+// Floors:
+//   BM_SocketpairRound{64,1024}  a parent that forked N children over Unix socketpairs (the
+//                              children stay alive; forks are not timed) writes 16 bytes to
+//                              each and then reads each one's 16-byte reply.
+//   For start and shutdown, the 64-worker figures: per-worker cost at 1,024 over per-worker cost
+//   at 64 (linear: the totals' ratio is at most 1,024 / 64 * 1.5 = 24x).
+//
+// The group lives from a BM_Start until the next BM_Shutdown; each benchmark starts or stops it
+// untimed when it finds the group in the other state, so any --benchmark_filter works. Targets
+// (issue 19): each round <= 1.5x its socketpair floor; start and shutdown at 1,024 <= 24x the
+// same at 64. main() prints the ratios, and workers/s of start beside Ray's published 389
+// actors/s.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "troupe/troupe.h"
+
+namespace {
+
+constexpr size_t kHosts = 16;
+using SteadyClock = std::chrono::steady_clock;
+
+double seconds_since(SteadyClock::time_point t) {
+  return std::chrono::duration<double>(SteadyClock::now() - t).count();
+}
+
+std::unique_ptr<troupe::Cluster> g_cluster;  // made on first use, shut down at the end of main
+
+troupe::Cluster& cluster() {
+  if (!g_cluster)
+    g_cluster = std::make_unique<troupe::Cluster>(troupe_bench::quiet_cluster(kHosts));
+  return *g_cluster;
+}
+
+// A VirtualCluster and a WorkerGroup of n workers, n / kHosts per host, with default ports.
+struct Group {
+  std::unique_ptr<troupe::VirtualCluster> vc;
+  std::unique_ptr<troupe::WorkerGroup> group;
+  size_t n = 0;
+};
+Group g_group;
+
+std::unique_ptr<troupe::VirtualCluster> make_vc(size_t n) {
+  troupe::VirtualClusterOptions v;
+  v.bundle_ct_per_node_list.assign(kHosts, n / kHosts);
+  v.use_gpus = false;
+  v.cpus_per_bundle = 0.001;  // 64 bundles on a host of 1 core
+  v.name = "scale" + std::to_string(n);
+  return std::make_unique<troupe::VirtualCluster>(cluster(), v);
+}
+
+std::unique_ptr<troupe::WorkerGroup> make_group(troupe::VirtualCluster& vc, size_t n) {
+  troupe::WorkerGroupOptions g;
+  g.name_prefix = "s" + std::to_string(n);
+  g.show_progress = false;
+  return std::make_unique<troupe::WorkerGroup>(vc, troupe::WorkerBuilder("BenchWorker"), g);
+}
+
+void stop_group() {
+  if (!g_group.group) return;
+  g_group.group->shutdown();
+  g_group.group.reset();
+  g_group.vc.reset();
+  g_group.n = 0;
+}
+
+troupe::WorkerGroup& group_of(size_t n) {
+  if (g_group.n != n) {
+    stop_group();
+    g_group.vc = make_vc(n);
+    g_group.group = make_group(*g_group.vc, n);
+    g_group.n = n;
+    g_group.group->get_all_worker_results(g_group.group->run_all_workers_single_data("noop"));
+  }
+  return *g_group.group;
+}
+
+void run_start(benchmark::State& state, size_t n) {
+  for (auto _ : state) {
+    stop_group();
+    auto vc = make_vc(n);
+    auto t0 = SteadyClock::now();
+    try {
+      g_group.group = make_group(*vc, n);
+    } catch (const troupe::Error& e) {
+      state.SkipWithError(e.what());
+      break;
+    }
+    state.SetIterationTime(seconds_since(t0));
+    g_group.vc = std::move(vc);
+    g_group.n = n;
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
+}
+
+// Timed whether or not every worker stopped on SIGTERM within the grace period; the counter
+// `unclean` and a NOTE line say how many did not.
+void run_shutdown(benchmark::State& state, size_t n) {
+  size_t unclean = 0;
+  for (auto _ : state) {
+    group_of(n);
+    auto t0 = SteadyClock::now();
+    troupe::ShutdownReport report = g_group.group->shutdown();
+    g_group.group.reset();
+    g_group.vc.reset();
+    g_group.n = 0;
+    state.SetIterationTime(seconds_since(t0));
+    unclean += report.problems.size();
+    if (!report.clean)
+      std::printf("NOTE BM_Shutdown%zu: %zu workers not clean, e.g. %s\n", n,
+                  report.problems.size(), report.problems.front().c_str());
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
+  state.counters["unclean"] = static_cast<double>(unclean);
+}
+
+void run_noop_round(benchmark::State& state, size_t n) {
+  troupe::WorkerGroup& g = group_of(n);
+  for (auto _ : state) {
+    auto t0 = SteadyClock::now();
+    auto results = g.get_all_worker_results(g.run_all_workers_single_data("noop"));
+    state.SetIterationTime(seconds_since(t0));
+    if (results.size() != n) {
+      state.SkipWithError("wrong number of results");
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
+}
+
+void run_sharded_round(benchmark::State& state, size_t n) {
+  troupe::WorkerGroup& g = group_of(n);
+  troupe::Array shards;
+  for (size_t i = 0; i < n; ++i) shards.push_back(troupe::Value(static_cast<int64_t>(i)));
+  troupe::Kwargs data = {{"x", troupe::Value(shards)}};
+  troupe::ShardedCallOptions options;
+  options.in_sharded_axes = {"dp"};
+  for (auto _ : state) {
+    auto t0 = SteadyClock::now();
+    auto results =
+        g.get_all_worker_results(g.run_all_workers_sharded_data("echo_int", data, options));
+    state.SetIterationTime(seconds_since(t0));
+    if (results.size() != n || results.back().as_int() != static_cast<int64_t>(n - 1)) {
+      state.SkipWithError("wrong results");
+      break;
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
+}
+
+// The floor: n forked echo children over socketpairs, forked before the clock.
+void run_socketpair_round(benchmark::State& state, size_t n) {
+  std::vector<std::unique_ptr<troupe_bench::EchoChild>> children;
+  for (size_t i = 0; i < n; ++i)
+    children.push_back(
+        std::make_unique<troupe_bench::EchoChild>(troupe_bench::EchoChild::Mode::kBatched));
+  char out[16], in[16];
+  std::memset(out, 'x', sizeof(out));
+  for (auto _ : state) {
+    auto t0 = SteadyClock::now();
+    bool ok = true;
+    for (auto& c : children) ok = ok && troupe_bench::write_all(c->fd(), out, sizeof(out));
+    for (auto& c : children) ok = ok && troupe_bench::read_all(c->fd(), in, sizeof(in));
+    state.SetIterationTime(seconds_since(t0));
+    if (!ok) {
+      state.SkipWithError("a child failed");
+      break;
+    }
+  }
+  // Child i holds copies of the parent's ends of children 0..i-1: the last one first, so that
+  // each sees its end close.
+  while (!children.empty()) children.pop_back();
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
+}
+
+// Registers, for 64 and then 1,024 workers, the floor and each phase in the order the group
+// lives (start, rounds, shutdown), so that the group starts once per size and repetition.
+void register_all() {
+  for (size_t n : {size_t{64}, size_t{1024}}) {
+    const int rounds = n > 64 ? 30 : 300;
+    auto add = [n](const char* name, void (*fn)(benchmark::State&, size_t), int iterations) {
+      benchmark::RegisterBenchmark((name + std::to_string(n)).c_str(),
+                                   [fn, n](benchmark::State& s) { fn(s, n); })
+          ->UseManualTime()
+          ->Iterations(iterations)
+          ->Unit(benchmark::kMillisecond);
+    };
+    add("BM_SocketpairRound", run_socketpair_round, rounds);
+    add("BM_Start", run_start, 1);
+    add("BM_NoopRound", run_noop_round, rounds);
+    add("BM_ShardedRound", run_sharded_round, rounds);
+    add("BM_Shutdown", run_shutdown, 1);
+  }
+}
+
+const char* load_average() {
+  static char buf[64] = "?";
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (!std::fgets(buf, sizeof(buf), f)) buf[0] = 0;
+    std::fclose(f);
+  }
+  buf[std::strcspn(buf, "\n")] = 0;
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  return troupe_bench::bench_main(argc, argv, [](const troupe_bench::RecordingReporter& r) {
+    stop_group();
+    g_cluster.reset();
+    std::printf("load average at the end: %s\n", load_average());
+    for (const char* n : {"64", "1024"}) {
+      std::string s = n;
+      troupe_bench::print_ratio(r, "BM_NoopRound" + s, "BM_SocketpairRound" + s, false, "<= 1.5x");
+      troupe_bench::print_ratio(r, "BM_ShardedRound" + s, "BM_SocketpairRound" + s, false,
+                                "<= 1.5x");
+    }
+    troupe_bench::print_ratio(r, "BM_Start1024", "BM_Start64", false, "<= 24x (linear)");
+    troupe_bench::print_ratio(r, "BM_Shutdown1024", "BM_Shutdown64", false, "<= 24x (linear)");
+    if (const auto* m = r.find("BM_Start1024"))
+      std::printf(
+          "RATIO %-34s %12.0f/s vs Ray's published %12.0f/s = %6.3f of it  (target: none)\n",
+          "BM_Start1024 workers/s", m->items_per_second, 389.0, m->items_per_second / 389.0);
+  });
+}
