@@ -25,12 +25,15 @@
 // same at 64. main() prints the ratios, and workers/s of start beside Ray's published 389
 // actors/s.
 #include <benchmark/benchmark.h>
+#include <dirent.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bench_util.h"
@@ -135,8 +138,75 @@ void run_shutdown(benchmark::State& state, size_t n) {
   state.counters["unclean"] = static_cast<double>(unclean);
 }
 
+// CPU time (user + system, in s) of this process and of every other process named like it
+// (agents, fork servers, workers, the floor's children), from /proc.
+std::pair<double, double> cpu_self_and_others() {
+  auto cpu_of = [](const std::string& stat_path, std::string* comm) -> double {
+    FILE* f = std::fopen(stat_path.c_str(), "r");
+    if (!f) return -1;
+    char buf[1024];
+    size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    buf[n] = 0;
+    char* open = std::strchr(buf, '(');
+    char* close = std::strrchr(buf, ')');
+    if (!open || !close) return -1;
+    if (comm) *comm = std::string(open + 1, close);
+    // Fields after the comm: state is field 3; utime and stime are fields 14 and 15.
+    unsigned long utime = 0, stime = 0;
+    if (std::sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+                    &stime) != 2)
+      return -1;
+    return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  };
+  std::string self_comm;
+  double self = cpu_of("/proc/self/stat", &self_comm), others = 0;
+  const pid_t me = ::getpid();
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0 || pid == me) continue;
+      std::string comm;
+      double c = cpu_of("/proc/" + std::string(e->d_name) + "/stat", &comm);
+      if (c >= 0 && comm == self_comm) others += c;
+    }
+    ::closedir(d);
+  }
+  return {self, others};
+}
+
+// With SCALE_BENCH_ROUNDS set (profiling), stderr says when the rounds of a benchmark begin
+// and, at the end, the CPU time per round of this process and of the others named like it.
+struct RoundsMark {
+  const char* what;
+  size_t n;
+  std::pair<double, double> cpu0;
+  bool on = std::getenv("SCALE_BENCH_ROUNDS") != nullptr;
+  RoundsMark(const char* w, size_t count) : what(w), n(count) {
+    if (!on) return;
+    auto idle0 = cpu_self_and_others();
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    cpu0 = cpu_self_and_others();
+    std::fprintf(stderr, "CPU %s%zu idle, per second: driver %.2f ms, other processes %.2f ms\n",
+                 what, n, (cpu0.first - idle0.first) * 1e3 / 2,
+                 (cpu0.second - idle0.second) * 1e3 / 2);
+    std::fprintf(stderr, "ROUNDS %s%zu pid %d\n", what, n, ::getpid());
+  }
+  void done(int64_t rounds) {
+    if (!on || rounds <= 0) return;
+    auto cpu1 = cpu_self_and_others();
+    std::fprintf(stderr,
+                 "CPU %s%zu per round: driver %.2f ms, other processes %.2f ms (%.1f us per "
+                 "worker)\n",
+                 what, n, (cpu1.first - cpu0.first) * 1e3 / rounds,
+                 (cpu1.second - cpu0.second) * 1e3 / rounds,
+                 (cpu1.second - cpu0.second) * 1e6 / rounds / static_cast<double>(n));
+  }
+};
+
 void run_noop_round(benchmark::State& state, size_t n) {
   troupe::WorkerGroup& g = group_of(n);
+  RoundsMark mark("noop", n);
   for (auto _ : state) {
     auto t0 = SteadyClock::now();
     auto results = g.get_all_worker_results(g.run_all_workers_single_data("noop"));
@@ -146,6 +216,7 @@ void run_noop_round(benchmark::State& state, size_t n) {
       break;
     }
   }
+  mark.done(state.iterations());
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
 }
 
@@ -156,6 +227,7 @@ void run_sharded_round(benchmark::State& state, size_t n) {
   troupe::Kwargs data = {{"x", troupe::Value(shards)}};
   troupe::ShardedCallOptions options;
   options.in_sharded_axes = {"dp"};
+  RoundsMark mark("sharded", n);
   for (auto _ : state) {
     auto t0 = SteadyClock::now();
     auto results =
@@ -166,15 +238,57 @@ void run_sharded_round(benchmark::State& state, size_t n) {
       break;
     }
   }
+  mark.done(state.iterations());
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
 }
 
-// The floor: n forked echo children over socketpairs, forked before the clock.
+// A forked child that answers each 16-byte message after reading every 64-byte cache line of
+// `pages` 4 KiB pages of its own (the experiment behind SCALE_BENCH_FLOOR_TOUCH_PAGES: what a
+// per-call working set of that size costs at 64 and at 1,024 processes).
+class TouchChild {
+ public:
+  explicit TouchChild(size_t pages) {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) std::abort();
+    pid_ = ::fork();
+    if (pid_ < 0) std::abort();
+    if (pid_ == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::close(sv[0]);
+      std::vector<char> memory(pages * 4096 + 1, 1);  // this child's own pages
+      char buf[16];
+      volatile char sink = 0;
+      while (troupe_bench::read_all(sv[1], buf, sizeof(buf))) {
+        for (size_t i = 0; i < pages * 4096; i += 64) sink = sink + memory[i];
+        if (!troupe_bench::write_all(sv[1], buf, sizeof(buf))) break;
+      }
+      ::_exit(0);
+    }
+    ::close(sv[1]);
+    fd_ = sv[0];
+  }
+  ~TouchChild() {
+    ::close(fd_);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  int fd() const { return fd_; }
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+};
+
+// The floor: n forked echo children over socketpairs, forked before the clock. With
+// SCALE_BENCH_FLOOR_TOUCH_PAGES=K (an experiment, not the floor), each child reads every cache
+// line of K pages of its own before answering.
 void run_socketpair_round(benchmark::State& state, size_t n) {
-  std::vector<std::unique_ptr<troupe_bench::EchoChild>> children;
-  for (size_t i = 0; i < n; ++i)
-    children.push_back(
-        std::make_unique<troupe_bench::EchoChild>(troupe_bench::EchoChild::Mode::kBatched));
+  const char* touch = std::getenv("SCALE_BENCH_FLOOR_TOUCH_PAGES");
+  const size_t pages = touch ? static_cast<size_t>(std::atoll(touch)) : 0;
+  std::vector<std::unique_ptr<TouchChild>> children;
+  for (size_t i = 0; i < n; ++i) children.push_back(std::make_unique<TouchChild>(pages));
+  RoundsMark mark("socketpair", n);
   char out[16], in[16];
   std::memset(out, 'x', sizeof(out));
   for (auto _ : state) {
@@ -188,6 +302,7 @@ void run_socketpair_round(benchmark::State& state, size_t n) {
       break;
     }
   }
+  mark.done(state.iterations());
   // Child i holds copies of the parent's ends of children 0..i-1: the last one first, so that
   // each sees its end close.
   while (!children.empty()) children.pop_back();
@@ -198,7 +313,8 @@ void run_socketpair_round(benchmark::State& state, size_t n) {
 // lives (start, rounds, shutdown), so that the group starts once per size and repetition.
 void register_all() {
   for (size_t n : {size_t{64}, size_t{1024}}) {
-    const int rounds = n > 64 ? 30 : 300;
+    int rounds = n > 64 ? 30 : 300;
+    if (const char* r = std::getenv("SCALE_BENCH_ROUNDS")) rounds = std::atoi(r);  // profiling
     auto add = [n](const char* name, void (*fn)(benchmark::State&, size_t), int iterations) {
       benchmark::RegisterBenchmark((name + std::to_string(n)).c_str(),
                                    [fn, n](benchmark::State& s) { fn(s, n); })
