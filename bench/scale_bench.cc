@@ -19,6 +19,10 @@
 //   For start and shutdown, the 64-worker figures: per-worker cost at 1,024 over per-worker cost
 //   at 64 (linear: the totals' ratio is at most 1,024 / 64 * 1.5 = 24x).
 //
+// Environment, for profiling: SCALE_BENCH_ROUNDS=K (rounds per round benchmark; also prints the
+// CPU time per round of the driver and of the other processes), SCALE_BENCH_SIZES=64,256,1024
+// (group sizes, multiples of 16), SCALE_BENCH_FLOOR_TOUCH_PAGES=K (see run_socketpair_round).
+//
 // The group lives from a BM_Start until the next BM_Shutdown; each benchmark starts or stops it
 // untimed when it finds the group in the other state, so any --benchmark_filter works. Targets
 // (issue 19): each round <= 1.5x its socketpair floor; start and shutdown at 1,024 <= 24x the
@@ -312,7 +316,22 @@ void run_socketpair_round(benchmark::State& state, size_t n) {
 // Registers, for 64 and then 1,024 workers, the floor and each phase in the order the group
 // lives (start, rounds, shutdown), so that the group starts once per size and repetition.
 void register_all() {
-  for (size_t n : {size_t{64}, size_t{1024}}) {
+  std::vector<size_t> sizes = {64, 1024};
+  if (const char* list = std::getenv("SCALE_BENCH_SIZES")) {  // e.g. "64,256,1024"
+    sizes.clear();
+    for (const char* p = list; *p;) {
+      char* end = nullptr;
+      unsigned long v = std::strtoul(p, &end, 10);
+      if (end == p || v == 0 || v % kHosts != 0) {
+        std::fprintf(stderr, "SCALE_BENCH_SIZES: '%s' is not a list of multiples of %zu\n", list,
+                     kHosts);
+        std::exit(2);
+      }
+      sizes.push_back(v);
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
+  for (size_t n : sizes) {
     int rounds = n > 64 ? 30 : 300;
     if (const char* r = std::getenv("SCALE_BENCH_ROUNDS")) rounds = std::atoi(r);  // profiling
     auto add = [n](const char* name, void (*fn)(benchmark::State&, size_t), int iterations) {
