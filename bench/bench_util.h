@@ -163,6 +163,7 @@ class BenchWorker {
  public:
   void noop() {}
   int64_t ping() { return static_cast<int64_t>(::getpid()); }
+  int64_t echo_int(int64_t x) { return x; }
 };
 
 }  // namespace troupe_bench
@@ -170,6 +171,7 @@ class BenchWorker {
 TROUPE_WORKER_CLASS_NAMED(troupe_bench::BenchWorker, "BenchWorker", cls) {
   cls.method("noop", &troupe_bench::BenchWorker::noop);
   cls.method("ping", &troupe_bench::BenchWorker::ping);
+  cls.method("echo_int", &troupe_bench::BenchWorker::echo_int, {"x"});
 }
 
 namespace troupe_bench {

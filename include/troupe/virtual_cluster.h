@@ -77,9 +77,12 @@ struct VirtualClusterOptions {
   double cpus_per_bundle = 1;
   int64_t memory_per_bundle = 0;
   std::map<std::string, std::string> bundle_labels;
-  // Ports handed to worker groups come from [port_range_begin, port_range_end) of each host.
+  // Ports handed to worker groups come from [port_range_begin, port_range_end) of each host: one
+  // per worker and one MASTER_PORT per group. Hosts simulated on one machine share its ports
+  // (src/agent/port_book.h), so the default 4,000 ports serve a group of 1,024 workers over 16
+  // simulated hosts three times over. The range sits below the kernel's ephemeral ports.
   int port_range_begin = 1400;
-  int port_range_end = 2000;
+  int port_range_end = 5400;
   // Creation retries with exponential backoff, within the overall timeout.
   int max_retries = 3;
   std::chrono::milliseconds retry_backoff{200};

@@ -98,7 +98,7 @@ ReservePorts ReservePorts::from(const Value& kwargs) {
   m.owner = f.required<std::string>("owner");
   m.count = f.optional<int>("count", 1);
   m.lo = f.optional<int>("lo", 1400);
-  m.hi = f.optional<int>("hi", 2000);
+  m.hi = f.optional<int>("hi", 5400);
   return m;
 }
 

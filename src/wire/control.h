@@ -121,8 +121,8 @@ struct ReservePorts {
   static constexpr const char* kMethod = "reserve_ports";
   std::string owner;
   int count = 1;
-  int lo = 1400;  // [lo, hi)
-  int hi = 2000;
+  int lo = 1400;  // [lo, hi): VirtualClusterOptions's default port range
+  int hi = 5400;
 
   bool operator==(const ReservePorts&) const = default;
   Map to_map() const;

@@ -130,7 +130,7 @@ TEST(ControlMessages, OptionalFieldsTakeTheirDefaults) {
   EXPECT_FALSE(s.python_fork);
   EXPECT_TRUE(s.python_preload.empty());
   ReservePorts p = ReservePorts::from(Map{{"owner", "o"}});
-  EXPECT_EQ(p, (ReservePorts{"o", 1, 1400, 2000}));
+  EXPECT_EQ(p, (ReservePorts{"o", 1, 1400, 5400}));
   // Unknown fields are ignored.
   EXPECT_EQ(StopWorker::from(Map{{"name", "w"}, {"from_the_future", 1}}), (StopWorker{"w", 3000}));
 }

@@ -156,8 +156,8 @@ TEST_F(VirtualClusterTest, MasterPortIsNewAtEachCall) {
   for (int i = 0; i < 5; ++i) {
     auto m = vc.get_master_address_and_port();
     EXPECT_EQ(m.address, "127.0.0.2");
-    EXPECT_GE(m.port, 1400);
-    EXPECT_LT(m.port, 2000);
+    EXPECT_GE(m.port, troupe::VirtualClusterOptions{}.port_range_begin);
+    EXPECT_LT(m.port, troupe::VirtualClusterOptions{}.port_range_end);
     EXPECT_TRUE(ports.insert(m.port).second) << "port " << m.port << " handed out twice";
   }
 
@@ -168,8 +168,8 @@ TEST_F(VirtualClusterTest, MasterPortIsNewAtEachCall) {
   EXPECT_EQ(batch[2].address, "127.0.0.3");
   EXPECT_EQ(batch[3].address, "127.0.0.3");
   for (const auto& a : batch) {
-    EXPECT_GE(a.port, 1400);
-    EXPECT_LT(a.port, 2000);
+    EXPECT_GE(a.port, troupe::VirtualClusterOptions{}.port_range_begin);
+    EXPECT_LT(a.port, troupe::VirtualClusterOptions{}.port_range_end);
   }
   // Ports on host 0 are new (the master ports were on host 0 too); host 1's are distinct.
   EXPECT_TRUE(ports.insert(batch[0].port).second);

@@ -146,15 +146,15 @@ TEST_F(WorkerGroupTest, EnvironmentInsideWorkers) {
   auto master = env_of_all(g, "MASTER_PORT");
   EXPECT_EQ(master, repeated(master[0]));
   int master_port = std::atoi(master[0].c_str());
-  EXPECT_GE(master_port, 1400);
-  EXPECT_LT(master_port, 2000);
+  EXPECT_GE(master_port, troupe::VirtualClusterOptions{}.port_range_begin);
+  EXPECT_LT(master_port, troupe::VirtualClusterOptions{}.port_range_end);
   auto port_lists = env_of_all(g, "AVAILABLE_PORT_LIST");
   EXPECT_EQ(port_lists, repeated(port_lists[0]));
   auto ports = parse_port_list(port_lists[0]);
   ASSERT_EQ(ports.size(), 4u);
   for (int p : ports) {
-    EXPECT_GE(p, 1400);
-    EXPECT_LT(p, 2000);
+    EXPECT_GE(p, troupe::VirtualClusterOptions{}.port_range_begin);
+    EXPECT_LT(p, troupe::VirtualClusterOptions{}.port_range_end);
   }
   // Host 0 holds the master port and ports 0 and 1; host 1 ports 2 and 3.
   EXPECT_EQ((std::set<int>{master_port, ports[0], ports[1]}).size(), 3u);
