@@ -195,7 +195,8 @@ class StartProbe:
 
         with open("/proc/self/environ", "rb") as f:
             forked = b"TROUPE_ROLE=forkserver" in f.read().split(b"\0")  # FS-2: inherited block
-        return {"forked": forked, "host_imported_here": _host.IMPORTED_BY_PID == os.getpid()}
+        return {"forked": forked, "host_imported_here": _host.IMPORTED_BY_PID == os.getpid(),
+                "numpy_loaded": "numpy" in sys.modules}
 
 
 @ray.remote

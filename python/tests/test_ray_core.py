@@ -149,9 +149,11 @@ def test_py_executable_runs_the_actor_on_that_interpreter(cluster, tmp_path):
 
 def test_actors_fork_from_a_server_that_imported_troupe_ray(cluster):
     # ray.init preloads troupe.ray's actor host in each host's fork server: an actor is forked
-    # and does not import troupe.ray again.
-    assert ray.get(w.StartProbe.remote().started.remote(), timeout=60) == \
-        {"forked": True, "host_imported_here": False}
+    # and does not import troupe.ray again, nor NumPy when no array reached it (its small
+    # constructor arguments travel inline, not as an array).
+    assert ray.get(w.StartProbe.options(name="probe-with-args").remote().started.remote(),
+                   timeout=60) == {"forked": True, "host_imported_here": False,
+                                   "numpy_loaded": False}
 
 
 def test_threaded_and_async_actors_overlap(cluster):

@@ -140,6 +140,7 @@ class ActorState:
             pickled = not all(map(is_plain, args)) or not all(map(is_plain, kwargs.values()))
             if pickled:
                 a, b = _serial.dumps((args, kwargs))
+                a = _serial.inline(a, b)
             else:
                 a, b = list(args), kwargs
         except Exception as e:  # noqa: BLE001 - a failed argument fails this call

@@ -22,7 +22,7 @@ def resolve_definition(spec):
     """The function or class a definition spec names: ("ref", module, qualname) is imported
     (a @ray.remote wrapper found there is unwrapped), ("value", bytes) is unpickled."""
     if spec[0] == "value":
-        return pickle.loads(spec[1])
+        return pickle.loads(_serial.data_of(spec[1]))
     _, module, qualname = spec
     obj = importlib.import_module(module)
     for part in qualname.split("."):
@@ -172,7 +172,7 @@ class TaskHost:
         return os.getpid()
 
     def _fn(self, spec):
-        key = tuple(spec) if spec[0] == "ref" else ("value", bytes(spec[1]))  # a pickle: an array
+        key = tuple(spec) if spec[0] == "ref" else ("value", bytes(_serial.data_of(spec[1])))
         fn = self._definitions.get(key)
         if fn is None:
             fn = self._definitions[key] = resolve_definition(spec)

@@ -315,6 +315,7 @@ class DriverRuntime:
                          bundle_index=bundle.index if bundle else -1,
                          capture_child_tasks=bool(strategy.placement_group_capture_child_tasks))
         payload, buffers = _serial.dumps((actor.args, actor.kwargs))
+        payload = _serial.inline(payload, buffers)
         actor.incarnation += 1
         base = f"{actor.name or actor.cls_name.rsplit('.', 1)[-1]}-{actor.actor_id[-6:]}"
         name = base if actor.incarnation == 1 else f"{base}-r{actor.incarnation - 1}"

@@ -11,6 +11,34 @@ except ImportError:  # pragma: no cover - Debian's python3-cloudpickle is option
     cloudpickle = None
 
 
+INLINE_MAX = 1 << 16
+
+
+class Inline:
+    """A small pickle that travels inside troupe's own pickled value (to_value pickles objects
+    of other types; the worker unpickles them into bytes), not as a troupe Bytes, which a Python
+    worker receives as a NumPy array: a worker that never gets an array never imports NumPy
+    (about 0.1 s of CPU per process)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        self.data = data
+
+    def __reduce__(self):
+        return (Inline, (bytes(self.data),))
+
+
+def inline(payload, buffers=()):
+    """`payload` as an Inline when it is small and has no out-of-band buffers."""
+    return Inline(payload) if not buffers and len(payload) <= INLINE_MAX else payload
+
+
+def data_of(payload):
+    """The bytes of a payload inline() made (or the payload itself)."""
+    return payload.data if isinstance(payload, Inline) else payload
+
+
 def dumps(value):
     """(payload bytes, [buffers]) for `value`."""
     buffers = []
@@ -29,7 +57,7 @@ def loads(payload, buffers):
     """The value dumps() encoded. Its out-of-band buffers are read-only, as Ray's are: a NumPy
     array argument is a zero-copy view (of the store's mapping, for a large one); copy it to
     write."""
-    return pickle.loads(payload, buffers=[_read_only(b) for b in buffers or ()])
+    return pickle.loads(data_of(payload), buffers=[_read_only(b) for b in buffers or ()])
 
 
 def _read_only(buffer):

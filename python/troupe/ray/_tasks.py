@@ -132,6 +132,7 @@ class TaskPool:
         try:
             runner = self._runner(node, cls)
             payload, buffers = _serial.dumps((args, kwargs))
+            payload = _serial.inline(payload, buffers)
         except Exception as e:  # noqa: BLE001
             pool.give(request, gpus)
             task.fail(e)

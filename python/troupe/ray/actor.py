@@ -13,7 +13,7 @@ def definition_spec(obj):
     if module in (None, "__main__") or "<locals>" in qualname:
         from troupe.ray import _serial
 
-        return ("value", _serial.dumps_by_value(obj))
+        return ("value", _serial.inline(_serial.dumps_by_value(obj)))
     return ("ref", module, qualname)
 
 
