@@ -90,7 +90,8 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
         python=python, address=address)
     rt = _runtime.DriverRuntime(cluster, True, namespace or f"anonymous-{os.getpid()}",
                                 {"env_vars": env}, "ray" in sys.modules and
-                                sys.modules["ray"] is sys.modules[__name__], resources)
+                                sys.modules["ray"] is sys.modules[__name__], resources,
+                                standing=bool(address or os.environ.get("TROUPE_ADDRESS")))
     _runtime.set_current(rt)
     return _runtime_info()
 

@@ -11,7 +11,7 @@ import sys
 import threading
 import warnings
 
-from troupe.ray import _actors, _objects, _resources, _serial, _tasks
+from troupe.ray import _actors, _named, _objects, _resources, _serial, _tasks
 from troupe.ray import exceptions as rex
 
 _HOST = "troupe.ray._host"
@@ -53,9 +53,11 @@ class PlacementGroupState:
 
 
 class DriverRuntime:
-    def __init__(self, cluster, owned, namespace, runtime_env, install_as_ray, custom_resources):
+    def __init__(self, cluster, owned, namespace, runtime_env, install_as_ray, custom_resources,
+                 standing=False):
         self.cluster = cluster
         self.owned = owned
+        self.standing = standing  # a standing cluster: named actors are shared through its head
         self.namespace = namespace
         self.job_id = os.urandom(4).hex()
         self.job_env = dict((runtime_env or {}).get("env_vars") or {})
@@ -213,12 +215,30 @@ class DriverRuntime:
         with self.lock:
             if name and (ns, name) in self.named:
                 existing = self.actors[self.named[(ns, name)]]
+                if existing.dead is None:
+                    if options.get("get_if_exists"):
+                        return existing
+                    raise ValueError(f"The name {name} (namespace={ns}) is already taken by "
+                                     f"actor {existing.actor_id}")
+        actor = _actors.ActorState(self, _objects.new_id()[-24:], spec, cls_name, methods,
+                                   options, args, kwargs)
+        if name and self.standing:
+            taken = _named.claim(self, actor)
+            if taken is not None:
                 if options.get("get_if_exists"):
-                    return existing
-                raise ValueError(f"The name {name} (namespace={ns}) is already taken by actor "
-                                 f"{existing.actor_id}")
-            actor = _actors.ActorState(self, _objects.new_id()[-24:], spec, cls_name, methods,
-                                       options, args, kwargs)
+                    rec = _named.lookup(self, ns, name)
+                    if rec is not None:
+                        return _named.attach(self, rec)
+                raise ValueError(f"The name {name} (namespace={ns}) is already taken by an "
+                                 f"actor of another driver ({taken['host'] or 'starting'})")
+        with self.lock:
+            if name and (ns, name) in self.named and not self.standing:  # another thread's
+                existing = self.actors[self.named[(ns, name)]]
+                if existing.dead is None:
+                    if options.get("get_if_exists"):
+                        return existing
+                    raise ValueError(f"The name {name} (namespace={ns}) is already taken by "
+                                     f"actor {existing.actor_id}")
             self.actors[actor.actor_id] = actor
             if name:
                 self.named[(ns, name)] = actor.actor_id
@@ -230,10 +250,12 @@ class DriverRuntime:
         ns = namespace or self.namespace
         with self.lock:
             actor_id = self.named.get((ns, name))
-            if actor_id is None or self.actors[actor_id].dead is not None:
-                raise ValueError(f"Failed to look up actor with name '{name}' in namespace "
-                                 f"'{ns}'")
-            return self.actors[actor_id]
+            if actor_id is not None and self.actors[actor_id].dead is None:
+                return self.actors[actor_id]
+        rec = _named.lookup(self, ns, name) if self.standing else None
+        if rec is None:
+            raise ValueError(f"Failed to look up actor with name '{name}' in namespace '{ns}'")
+        return _named.attach(self, rec)
 
     def start_actor(self, actor, allocation):
         pool, node, gpus, bundle = allocation
@@ -258,8 +280,13 @@ class DriverRuntime:
         cls = host_class("ActorHost", (opts.get("runtime_env") or {}).get("py_executable"))
         worker = self.cluster.start_worker(
             cls, actor.spec, payload, buffers, self.context_for(node, gpus, extra),
-            host=node.index, name=f"ray-{name}", env=env, gpus=gpus)
+            host=node.index, name=f"ray-{name}", env=env, gpus=gpus,
+            detached=_named.is_detached(self, opts))
         actor.started(worker)
+        if actor.name and self.standing:
+            worker.ready().add_done_callback(
+                lambda f: f.exception() is None and self.post(
+                    lambda: _named.publish(self, actor, worker)))
         worker.died().add_done_callback(
             lambda f: self.post(lambda: self._actor_died(actor, worker, f)))
 
@@ -302,6 +329,15 @@ class DriverRuntime:
                         self.named.pop((actor.namespace, actor.name), None)
             return
         worker.stop(0.0)
+        if no_restart and actor.name:
+            with self.lock:  # free now; the death is recorded when its callback runs
+                if self.named.get((actor.namespace, actor.name)) == actor_id:
+                    del self.named[(actor.namespace, actor.name)]
+        if no_restart and actor.name and self.standing:
+            try:
+                self.cluster.remove_name(actor.namespace, actor.name)
+            except Exception:  # noqa: BLE001 - the head may be gone; the worker's exit drops it
+                pass
 
     # -- tasks ---------------------------------------------------------------------------
     def submit_task(self, spec, fn_name, options, args, kwargs):
@@ -312,12 +348,15 @@ class DriverRuntime:
         self._closed = True
         self.server.close()
         self._jobs.put(None)
+        if threading.current_thread() is not self._dispatcher:
+            self._dispatcher.join(5)  # what was posted runs first (e.g. publishing a name)
         if self.owned:
             self.cluster.shutdown()
         else:
             for a in list(self.actors.values()):
                 w = a.worker
-                if w is not None:
+                if w is not None and not getattr(a, "attached", False) and \
+                        not _named.is_detached(self, a.options):
                     w.stop(1.0)
             self.tasks.stop_all()
 
