@@ -302,8 +302,11 @@ class Cluster {
   std::optional<NamedWorker> register_name(const NamedWorker& record, bool update = false);
   // The record named so, or nullopt.
   std::optional<NamedWorker> lookup_name(const std::string& name_space, const std::string& name);
-  // Removes the record (any driver may); whether there was one.
-  bool remove_name(const std::string& name_space, const std::string& name);
+  // Removes the record (any driver may); whether there was one. With `worker`, only while the
+  // record names that worker (NamedWorker::worker; "" for one not filled in): a record another
+  // driver registered under the name since stays.
+  bool remove_name(const std::string& name_space, const std::string& name,
+                   const std::optional<std::string>& worker = std::nullopt);
   // A handle to a worker another driver started (a NamedWorker's host, worker and endpoint):
   // calls go over a new authenticated connection to `record.tcp_endpoint` (the object exists:
   // no constructor runs, ready() completes once connected); stop() asks the worker's agent to

@@ -351,7 +351,8 @@ void bind_driver(pyb::module_& m) {
              }
              return found ? pyb::object(named_worker_dict(*found)) : pyb::none();
            })
-      .def("remove_name", &Cluster::remove_name, nogil())
+      .def("remove_name", &Cluster::remove_name, nogil(), pyb::arg("ns"), pyb::arg("name"),
+           pyb::arg("worker") = std::nullopt)
       .def("attach_worker",
            [](Cluster& c, const pyb::dict& record, const std::string& class_name) {
              NamedWorker w = named_worker_of(record);

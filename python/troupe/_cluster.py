@@ -214,9 +214,10 @@ class Cluster:
         """The record registered as ns/name by any driver of this cluster, or None."""
         return self._c.lookup_name(ns, name)
 
-    def remove_name(self, ns, name):
-        """Removes the record ns/name (any driver may); whether there was one."""
-        return self._c.remove_name(ns, name)
+    def remove_name(self, ns, name, worker=None):
+        """Removes the record ns/name (any driver may); whether there was one. With `worker`,
+        only while the record names that worker ("" for one not filled in)."""
+        return self._c.remove_name(ns, name, worker)
 
     def attach_worker(self, record, cls):
         """A Worker for the running worker of `record` (from lookup_name), started by any

@@ -34,14 +34,15 @@ std::optional<NamedWorker> ClusterImpl::register_name(const NamedWorker& record,
 
 std::optional<NamedWorker> ClusterImpl::lookup_name(const std::string& name_space,
                                                     const std::string& name) {
-  control::NameKey k{name_space, name};
+  control::NameKey k{name_space, name, std::nullopt};
   Value v = head_client().ask_names(control::NameKey::kLookup, k.to_map());
   if (v.is_nil()) return std::nullopt;
   return from_record(control::NamedWorkerRecord::from(v));
 }
 
-bool ClusterImpl::remove_name(const std::string& name_space, const std::string& name) {
-  control::NameKey k{name_space, name};
+bool ClusterImpl::remove_name(const std::string& name_space, const std::string& name,
+                              const std::optional<std::string>& worker) {
+  control::NameKey k{name_space, name, worker};
   Value v = head_client().ask_names(control::NameKey::kRemove, k.to_map());
   if (!v.is_bool())
     throw Error(ErrorCode::kProtocol, "name_remove reply: expected a bool, got " +
@@ -101,8 +102,9 @@ std::optional<NamedWorker> Cluster::lookup_name(const std::string& name_space,
                                                 const std::string& name) {
   return impl_->lookup_name(name_space, name);
 }
-bool Cluster::remove_name(const std::string& name_space, const std::string& name) {
-  return impl_->remove_name(name_space, name);
+bool Cluster::remove_name(const std::string& name_space, const std::string& name,
+                          const std::optional<std::string>& worker) {
+  return impl_->remove_name(name_space, name, worker);
 }
 Worker Cluster::attach_worker(const NamedWorker& record, const std::string& class_name) {
   return impl_->attach_worker(record, class_name);

@@ -49,7 +49,11 @@ bool Head::serve_names(const wire::Request& r, const transport::Responder& resp,
     bool removed = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      removed = names_.erase({k.ns, k.name}) > 0;
+      auto it = names_.find({k.ns, k.name});
+      if (it != names_.end() && (!k.worker || it->second.record.worker == *k.worker)) {
+        names_.erase(it);
+        removed = true;
+      }
     }
     if (removed)
       TROUPE_LOG(Info) << "named worker '" << k.name << "' (namespace '" << k.ns

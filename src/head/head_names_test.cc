@@ -77,7 +77,7 @@ class HeadNamesTest : public ::testing::Test {
         ask(p, control::NameRegister::kMethod, control::NameRegister{r, update}.to_map()));
   }
   static Value lookup(const std::shared_ptr<transport::RpcPeer>& p, const std::string& name) {
-    return ask(p, control::NameKey::kLookup, control::NameKey{"ns", name}.to_map());
+    return ask(p, control::NameKey::kLookup, control::NameKey{"ns", name, std::nullopt}.to_map());
   }
   bool gone(const std::string& name) {
     for (const auto& r : head_.named_workers())
@@ -125,15 +125,36 @@ TEST_F(HeadNamesTest, RecordGoesWithItsDriverUnlessDetached) {
   EXPECT_FALSE(lookup(b, "kept").is_nil());
   // Nobody fills in a detached record once its driver left; any driver may remove it.
   EXPECT_FALSE(claim(b, record("kept", true), /*update=*/true).registered);
-  EXPECT_TRUE(ask(b, control::NameKey::kRemove, control::NameKey{"ns", "kept"}.to_map()).as_bool());
+  EXPECT_TRUE(
+      ask(b, control::NameKey::kRemove, control::NameKey{"ns", "kept", std::nullopt}.to_map())
+          .as_bool());
   EXPECT_FALSE(
-      ask(b, control::NameKey::kRemove, control::NameKey{"ns", "kept"}.to_map()).as_bool());
+      ask(b, control::NameKey::kRemove, control::NameKey{"ns", "kept", std::nullopt}.to_map())
+          .as_bool());
   EXPECT_TRUE(lookup(b, "kept").is_nil());
   EXPECT_TRUE(claim(b, record("kept", true)).registered);  // the name is free again
   // An update of a record that is gone is an error, not a silent claim.
   EXPECT_HAS(failure(b, control::NameRegister::kMethod,
                      control::NameRegister{record("never", false), true}.to_map()),
              "no record named 'never'");
+}
+
+// A driver cleaning up after its own worker removes the record only while it names that
+// worker: the name may have gone to another driver's worker since.
+TEST_F(HeadNamesTest, RemoveWithAWorkerRemovesOnlyThatWorkersRecord) {
+  auto a = connect(), b = connect();
+  ASSERT_TRUE(claim(b, record("svc", true, "node-a", "b.ray-svc")).registered);
+  auto remove = [&](std::optional<std::string> worker) {
+    return ask(a, control::NameKey::kRemove, control::NameKey{"ns", "svc", worker}.to_map())
+        .as_bool();
+  };
+  EXPECT_FALSE(remove("a.ray-svc"));
+  EXPECT_FALSE(remove(""));  // not one that was never filled in
+  EXPECT_FALSE(lookup(a, "svc").is_nil());
+  EXPECT_TRUE(remove("b.ray-svc"));
+  EXPECT_TRUE(lookup(a, "svc").is_nil());
+  ASSERT_TRUE(claim(b, record("svc", false)).registered);  // claimed, not started yet
+  EXPECT_TRUE(remove(""));
 }
 
 TEST_F(HeadNamesTest, AgentReportsDropRecordsOfItsWorkers) {

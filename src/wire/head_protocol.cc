@@ -201,6 +201,8 @@ NameKey NameKey::from(const char* method, const Value& kwargs) {
   k.name = bounded(f, method, "name", NamedWorkerRecord::kMaxField, true);
   if (k.name.empty())
     throw Error(ErrorCode::kInvalidArgument, std::string(method) + ": the name is empty");
+  if (const Value* w = kwargs.find("worker"); w && !w->is_nil())
+    k.worker = bounded(f, method, "worker", NamedWorkerRecord::kMaxField, true);
   return k;
 }
 

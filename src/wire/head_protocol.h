@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -170,16 +171,24 @@ struct NameRegisterReply {
   static NameRegisterReply from(const Value& value);
 };
 
-// name_lookup and name_remove take {ns, name}. Replies: name_lookup, the record or nil;
-// name_remove, whether a record was removed (a bool).
+// name_lookup and name_remove take {ns, name}; name_remove also an optional worker: then it
+// removes the record only while it names that worker ("" for one not started), so that a
+// driver cleaning up after its worker never removes a record that another driver registered
+// under the name since. Replies: name_lookup, the record or nil; name_remove, whether a record
+// was removed (a bool).
 struct NameKey {
   static constexpr const char* kLookup = "name_lookup";
   static constexpr const char* kRemove = "name_remove";
   std::string ns;
   std::string name;
+  std::optional<std::string> worker;
 
   bool operator==(const NameKey&) const = default;
-  Map to_map() const { return Map{{"ns", ns}, {"name", name}}; }
+  Map to_map() const {
+    Map m{{"ns", ns}, {"name", name}};
+    if (worker) m.emplace_back("worker", *worker);
+    return m;
+  }
   // `method`: kLookup or kRemove, named in errors.
   static NameKey from(const char* method, const Value& kwargs);
 };

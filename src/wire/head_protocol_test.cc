@@ -194,7 +194,7 @@ TEST(HeadProtocol, NamedWorkerMessagesRoundTrip) {
   EXPECT_EQ(NameRegisterReply::from(through_response(taken.to_value())), taken);
   NameRegisterReply ok{true, {}};
   EXPECT_EQ(NameRegisterReply::from(through_response(ok.to_value())), ok);
-  NameKey k{"ns", "counter"};
+  NameKey k{"ns", "counter", "ab12.ray-counter"};
   EXPECT_EQ(NameKey::from(NameKey::kLookup, through_response(Value(k.to_map()))), k);
   // Only the name is required; the rest default to empty, not detached, pid 0.
   NamedWorkerRecord bare = NamedWorkerRecord::from(Map{{"name", "x"}});

@@ -56,6 +56,17 @@ def publish(rt, actor, worker):
         print(f"troupe.ray: could not publish actor {actor.name!r}: {e}", file=sys.stderr)
 
 
+def forget(rt, actor, worker):
+    """Removes the record of `actor` while it names `worker` (or no worker yet): after its
+    kill, or its death for good (a creation that failed leaves a record never filled in)."""
+    for held_by in (worker.agent_name, ""):
+        try:
+            if rt.cluster.remove_name(actor.namespace, actor.name, held_by):
+                return
+        except Exception:  # noqa: BLE001 - the head may be gone; its records went with it
+            return
+
+
 def lookup(rt, ns, name):
     """The head's record of ns/name once its worker runs, or None when there is none (waits at
     most START_WAIT_S for a claimed name's worker)."""

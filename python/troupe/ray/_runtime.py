@@ -291,6 +291,7 @@ class DriverRuntime:
             lambda f: self.post(lambda: self._actor_died(actor, worker, f)))
 
     def _actor_died(self, actor, worker, died_future):
+        forget = None
         with self.lock:
             if actor.worker is not worker and actor.dead is None and actor.worker is not None:
                 return  # an earlier incarnation
@@ -310,8 +311,13 @@ class DriverRuntime:
             else:
                 actor.mark_dead(rex.ActorDiedError(
                     actor.actor_id, f"The actor {actor.cls_name} ({actor.actor_id}) died: {how}"))
-                if actor.name:
-                    self.named.pop((actor.namespace, actor.name), None)
+                if actor.name and self.named.get((actor.namespace, actor.name)) == actor.actor_id:
+                    del self.named[(actor.namespace, actor.name)]
+                if actor.name and self.standing and not self._closed and \
+                        not getattr(actor, "attached", False):
+                    forget = worker  # its record at the head, filled in with it or not yet
+        if forget is not None:
+            _named.forget(self, actor, forget)
         self.schedule()
 
     def kill(self, actor_id, no_restart=True):
@@ -334,10 +340,7 @@ class DriverRuntime:
                 if self.named.get((actor.namespace, actor.name)) == actor_id:
                     del self.named[(actor.namespace, actor.name)]
         if no_restart and actor.name and self.standing:
-            try:
-                self.cluster.remove_name(actor.namespace, actor.name)
-            except Exception:  # noqa: BLE001 - the head may be gone; the worker's exit drops it
-                pass
+            _named.forget(self, actor, worker)
 
     # -- tasks ---------------------------------------------------------------------------
     def submit_task(self, spec, fn_name, options, args, kwargs):
