@@ -197,6 +197,27 @@ struct WorkerOptions {
   // The worker group and rank, named in errors (set by WorkerGroup).
   std::string group;
   int rank = -1;
+  // On a standing cluster, the worker outlives this driver: neither its agent (when this
+  // driver's connection closes) nor Cluster::shutdown stops it; Worker::stop (from any driver,
+  // see Cluster::attach_worker), its agent's exit and `troupe stop` do. An embedded cluster's
+  // workers end with it whatever this says.
+  bool detached = false;
+};
+
+// A worker registered under a name in the head of a standing cluster (Cluster::register_name),
+// where every driver of that cluster finds it (Cluster::lookup_name) and calls it
+// (Cluster::attach_worker).
+struct NamedWorker {
+  std::string name_space;  // the namespace; may be empty
+  std::string name;        // non-empty
+  // Not detached: the record goes when the registering driver's connection to the head closes.
+  // Either way it goes when the worker exits, its host's agent leaves, or remove_name.
+  bool detached = false;
+  std::string host;          // the name of the worker's host
+  std::string worker;        // the worker's name as its agent knows it (Worker::agent_name)
+  std::string tcp_endpoint;  // "tcp:ADDRESS:PORT" (Worker::tcp_endpoint)
+  int64_t pid = 0;
+  std::string info;  // opaque to troupe, at most 1 MiB: what the registering driver stores
 };
 
 namespace internal {
@@ -240,6 +261,10 @@ class Worker {
 
   // Completes once the worker is dead (or stopped), with a description of how it ended.
   Future<std::string> died() const;
+  // The name the worker's agent knows it by (unique among the drivers of a standing cluster).
+  const std::string& agent_name() const;
+  // "tcp:ADDRESS:PORT", where anyone with the cluster token may call it; empty until started.
+  std::string tcp_endpoint() const;
 
   // Stops the process (SIGTERM to its process group, SIGKILL after `grace`). Blocks until it is
   // gone; returns how it ended ("exit code 0", "signal 9 (Killed)"). Pending calls fail with
@@ -270,6 +295,30 @@ class Cluster {
   // Error(kInvalidArgument) for a bad host index or a duplicate name, and kUnknownClass for a
   // class that is neither registered in this binary nor mapped to an executable.
   Worker start_worker(WorkerOptions options);
+
+  // The head's registry of named workers (standing clusters only; an embedded cluster throws
+  // Error(kInvalidArgument)). Each blocks for one round trip to the head and throws its Error
+  // (kInvalidArgument for an empty name or an oversized field).
+  // register_name: claims (record.name_space, record.name) for this driver; nullopt when it did,
+  // else the record that holds the name. With `update`, replaces the record this driver
+  // registered under that name (e.g. with the worker once it started); throws
+  // Error(kInvalidArgument) when that record is gone.
+  std::optional<NamedWorker> register_name(const NamedWorker& record, bool update = false);
+  // The record named so, or nullopt.
+  std::optional<NamedWorker> lookup_name(const std::string& name_space, const std::string& name);
+  // Removes the record (any driver may); whether there was one. With `worker`, only while the
+  // record names that worker (NamedWorker::worker; "" for one not filled in): a record another
+  // driver registered under the name since stays.
+  bool remove_name(const std::string& name_space, const std::string& name,
+                   const std::optional<std::string>& worker = std::nullopt);
+  // A handle to a worker another driver started (a NamedWorker's host, worker and endpoint):
+  // calls go over a new authenticated connection to `record.tcp_endpoint` (the object exists:
+  // no constructor runs, ready() completes once connected); stop() asks the worker's agent to
+  // stop it. The worker keeps running when this driver shuts down. Its name is
+  // record.worker. Throws Error(kInvalidArgument) for a host this cluster does not know or an
+  // empty endpoint; a worker that cannot be reached fails ready() and every call
+  // (kWorkerDied).
+  Worker attach_worker(const NamedWorker& record, const std::string& class_name);
 
   // Every host, by the id the head assigned. On a standing cluster the list is read from the head
   // at each call: hosts that joined since are there, lost ones have alive == false.

@@ -222,6 +222,36 @@ void bind_dispatch(pyb::class_<T>& cls, Target target) {
            });
 }
 
+// A NamedWorker from a dict with its fields ("ns" for name_space); missing ones are empty.
+NamedWorker named_worker_of(const pyb::dict& d) {
+  auto str = [&d](const char* key) {
+    return d.contains(key) && !d[key].is_none() ? pyb::cast<std::string>(d[key]) : std::string();
+  };
+  NamedWorker w;
+  w.name_space = str("ns");
+  w.name = str("name");
+  w.detached = d.contains("detached") && pyb::cast<bool>(d["detached"]);
+  w.host = str("host");
+  w.worker = str("worker");
+  w.tcp_endpoint = str("tcp_endpoint");
+  w.pid = d.contains("pid") ? pyb::cast<int64_t>(d["pid"]) : 0;
+  w.info = str("info");
+  return w;
+}
+
+pyb::dict named_worker_dict(const NamedWorker& w) {
+  pyb::dict d;
+  d["ns"] = w.name_space;
+  d["name"] = w.name;
+  d["detached"] = w.detached;
+  d["host"] = w.host;
+  d["worker"] = w.worker;
+  d["tcp_endpoint"] = w.tcp_endpoint;
+  d["pid"] = w.pid;
+  d["info"] = w.info;
+  return d;
+}
+
 void bind_driver(pyb::module_& m) {
   using nogil = pyb::call_guard<pyb::gil_scoped_release>;
 
@@ -247,6 +277,8 @@ void bind_driver(pyb::module_& m) {
              pyb::gil_scoped_release nogil;
              return PyStream{w.call_stream(method, kw)};
            })
+      .def_property_readonly("agent_name", &Worker::agent_name)
+      .def_property_readonly("tcp_endpoint", &Worker::tcp_endpoint)
       .def(
           "stop", [](const Worker& w, double grace_s) { return w.stop(ms(grace_s)); }, nogil());
 
@@ -287,8 +319,9 @@ void bind_driver(pyb::module_& m) {
       .def("start_worker",
            [](Cluster& c, const std::string& class_name, const pyb::dict& args, size_t host,
               const std::string& name, std::map<std::string, std::string> env, int num_gpus,
-              std::vector<int> gpus) {
+              std::vector<int> gpus, bool detached) {
              WorkerOptions o;
+             o.detached = detached;
              o.class_name = class_name;
              o.args = to_kwargs(args, "constructor of " + class_name + ": ");
              o.host = host;
@@ -298,6 +331,33 @@ void bind_driver(pyb::module_& m) {
              o.gpus = std::move(gpus);
              pyb::gil_scoped_release nogil;
              return c.start_worker(std::move(o));
+           })
+      .def("register_name",
+           [](Cluster& c, const pyb::dict& record, bool update) -> pyb::object {
+             NamedWorker w = named_worker_of(record);
+             std::optional<NamedWorker> existing;
+             {
+               pyb::gil_scoped_release nogil;
+               existing = c.register_name(w, update);
+             }
+             return existing ? pyb::object(named_worker_dict(*existing)) : pyb::none();
+           })
+      .def("lookup_name",
+           [](Cluster& c, const std::string& ns, const std::string& name) -> pyb::object {
+             std::optional<NamedWorker> found;
+             {
+               pyb::gil_scoped_release nogil;
+               found = c.lookup_name(ns, name);
+             }
+             return found ? pyb::object(named_worker_dict(*found)) : pyb::none();
+           })
+      .def("remove_name", &Cluster::remove_name, nogil(), pyb::arg("ns"), pyb::arg("name"),
+           pyb::arg("worker") = std::nullopt)
+      .def("attach_worker",
+           [](Cluster& c, const pyb::dict& record, const std::string& class_name) {
+             NamedWorker w = named_worker_of(record);
+             pyb::gil_scoped_release nogil;
+             return c.attach_worker(w, class_name);
            })
       .def("hosts",
            [](const Cluster& c) {

@@ -84,6 +84,10 @@ class Worker:
     pid = property(lambda self: self._w.pid, doc="Its process id (0 until started).")
     host = property(lambda self: self._w.host, doc="Index of its host in Cluster.hosts().")
     log_path = property(lambda self: self._w.log_path, doc="Its log file (stdout and stderr).")
+    agent_name = property(lambda self: self._w.agent_name,
+                          doc="Its name at its agent (unique among a standing cluster's drivers).")
+    tcp_endpoint = property(lambda self: self._w.tcp_endpoint,
+                            doc="tcp:ADDRESS:PORT where it is called; empty until started.")
 
     def alive(self):
         """False once the worker died, failed to start or was stopped."""
@@ -184,16 +188,43 @@ class Cluster:
                                 _python_preload(python_preload))
 
     def start_worker(self, cls, *args, host=0, name="", env=None, num_gpus=0, gpus=None,
-                     **kwargs):
+                     detached=False, **kwargs):
         """Starts one worker of `cls` (a class object, "pkg.module.Class", or a C++ class name
         mapped in `executables`) with these constructor arguments on host `host`; returns its
         Worker at once (see Worker.ready()). `num_gpus`: that many GPUs no other worker uses,
         chosen by the host's agent; or `gpus`: these GPU ids of the host (may be shared with
-        other workers), as the worker's CUDA_VISIBLE_DEVICES."""
+        other workers), as the worker's CUDA_VISIBLE_DEVICES. `detached` (standing clusters):
+        the worker outlives this driver; Worker.stop from any driver, its agent's exit or
+        `troupe stop` end it."""
         name_ = class_name_of(cls)
         return Worker(self._c.start_worker(name_, _encode_args(args, kwargs), host, name,
                                            dict(env or {}), num_gpus,
-                                           [int(g) for g in (gpus or [])]))
+                                           [int(g) for g in (gpus or [])], bool(detached)))
+
+    # -- the head's registry of named workers (standing clusters; ValueError when embedded) --
+    # A record is a dict: ns, name, detached, host (its name), worker (Worker.agent_name),
+    # tcp_endpoint (Worker.tcp_endpoint), pid, info (a str the registering driver stores).
+    def register_name(self, record, update=False):
+        """Claims record["ns"]/record["name"] for this driver: None when it did, else the
+        record that holds the name. `update` replaces this driver's own record (ValueError when
+        it is gone). A record that is not detached goes when this driver's connection to the head
+        closes; any record goes when its worker exits or remove_name."""
+        return self._c.register_name(dict(record), bool(update))
+
+    def lookup_name(self, ns, name):
+        """The record registered as ns/name by any driver of this cluster, or None."""
+        return self._c.lookup_name(ns, name)
+
+    def remove_name(self, ns, name, worker=None):
+        """Removes the record ns/name (any driver may); whether there was one. With `worker`,
+        only while the record names that worker ("" for one not filled in)."""
+        return self._c.remove_name(ns, name, worker)
+
+    def attach_worker(self, record, cls):
+        """A Worker for the running worker of `record` (from lookup_name), started by any
+        driver: calls go over a new connection, no constructor runs, stop() asks its agent to
+        stop it; this driver's shutdown leaves it running."""
+        return Worker(self._c.attach_worker(dict(record), class_name_of(cls)))
 
     def hosts(self):
         """The hosts: index, name, address, num_cpus, gpu_ids, agent_pid, alive."""

@@ -340,7 +340,8 @@ class Agent {
     auto owner_peer = owner.lock();
     if (metrics_) metrics_->on_start_requested();
     try {
-      table_->start(request, owner_peer.get(), std::move(on_line),
+      // A detached worker has no owner: no driver's leaving stops it (stop_workers_of).
+      table_->start(request, request.detached ? nullptr : owner_peer.get(), std::move(on_line),
                     [this, resp](const control::StartWorkerReply* reply, const Error* e) {
                       if (metrics_) {
                         metrics_->on_start_done(reply != nullptr);

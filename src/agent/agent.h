@@ -3,7 +3,8 @@
 //
 // Requests it serves (on its Unix and TCP listeners, after authentication):
 //   start_worker {name, executable, args, wrapper, env, gpus | num_gpus, log_to_terminal,
-//                 start_timeout_ms}          -> {pid, unix, tcp, gpus}
+//                 start_timeout_ms, detached} -> {pid, unix, tcp, gpus}  (detached: the worker
+//                                               outlives the connection that started it)
 //   stop_worker  {name, grace_ms}            -> {status}   (after the process is reaped; for a
 //                                               worker that already exited, how it ended, as
 //                                               long as it is among the last kExitsKept exits)
@@ -76,9 +77,9 @@ struct AgentConfig {
   // A standing agent (`troupe start --address`) outlives its head and its drivers: when the head
   // goes it keeps its workers and registers again (every reconnect_interval) until the head is
   // back; when the connection of the driver that started a worker closes (or stops answering
-  // heartbeats), it stops that worker; it sends the worker's output lines to that driver
-  // (worker_log events) instead of its own terminal. An embedded agent (false) stops everything
-  // and exits when its head goes.
+  // heartbeats), it stops that worker unless it was started detached; it sends the worker's output
+  // lines to that driver (worker_log events) instead of its own terminal. An embedded agent (false)
+  // stops everything and exits when its head goes.
   bool standing = false;
   // With `standing`: stop every worker and exit when the head's connection closes or its
   // heartbeats stop, instead of registering again (an agent of `troupe slurm`, whose head lives

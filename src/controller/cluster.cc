@@ -236,6 +236,7 @@ Worker ClusterImpl::start_worker(WorkerOptions options) {
     }
     worker->group = options.group;
     worker->rank = options.rank;
+    worker->outlives_driver = options.detached && !backend_->embedded_head();
     worker->metrics = metrics_;
     worker->record_timeline = record_timeline_;
     worker->timeline_scope = timeline_scope_;
@@ -292,6 +293,7 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
   request.take_ports = options.ports;
   request.log_to_terminal = options.log_to_driver;
   request.start_timeout_ms = options.start_timeout.count();
+  request.detached = worker->outlives_driver;
   if (auto exe = executable_for(options.class_name)) {
     request.executable = exe->path;
     request.args = exe->args;
@@ -319,7 +321,8 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
         }
         worker->on_started(static_cast<pid_t>(started.pid),
                            static_cast<uint64_t>(started.start_time), started.gpus,
-                           started.log_path.empty() ? log_path : started.log_path);
+                           started.log_path.empty() ? log_path : started.log_path,
+                           started.tcp_endpoint);
         worker->record_span("phase", "spawn", spawn_start);
         const int64_t connect_start = timeline::now_ns();
         // Unix sockets on this host; TCP to workers on other hosts.
@@ -420,6 +423,15 @@ void ClusterImpl::shutdown() {
     shut_down_ = true;
     for (const auto& [name, w] : workers_) workers.push_back(w);
   }
+  // Detached and attached workers keep running: their connections close, nothing stops them.
+  std::vector<std::shared_ptr<WorkerState>> kept;
+  std::erase_if(workers, [&kept](const std::shared_ptr<WorkerState>& w) {
+    if (w->outlives_driver) kept.push_back(w);
+    return w->outlives_driver;
+  });
+  for (auto& w : kept)
+    w->mark_dead(Error(ErrorCode::kShutdown, w->describe() + ": this driver shut down (the "
+                                                             "worker keeps running)"));
   if (!backend_) return;  // the constructor threw before choosing one
   if (metrics_) metrics_->stop();
   if (store_) store_->shutdown();

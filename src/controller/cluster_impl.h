@@ -53,6 +53,12 @@ class ClusterImpl {
   ~ClusterImpl();
 
   Worker start_worker(WorkerOptions options);
+  // Cluster's registry of named workers and attach_worker (cluster_names.cc).
+  std::optional<NamedWorker> register_name(const NamedWorker& record, bool update);
+  std::optional<NamedWorker> lookup_name(const std::string& name_space, const std::string& name);
+  bool remove_name(const std::string& name_space, const std::string& name,
+                   const std::optional<std::string>& worker);
+  Worker attach_worker(const NamedWorker& record, const std::string& class_name);
   // Whether `class_name` runs in another executable (ClusterOptions::executables).
   bool has_executable(const std::string& class_name) const {
     return executable_for(class_name).has_value();

@@ -50,6 +50,13 @@ head::HostRecord to_record(const control::HostEntry& e) {
 
 }  // namespace
 
+Value HeadClient::ask_names(const char* method, const Map&) {
+  throw Error(ErrorCode::kInvalidArgument,
+              std::string(method) +
+                  ": named workers shared between drivers need a standing cluster (troupe start "
+                  "--head); this cluster is embedded in its driver");
+}
+
 std::unique_ptr<HeadClient> make_embedded_head_client(std::shared_ptr<head::Head> head) {
   return std::make_unique<EmbeddedHeadClient>(std::move(head));
 }

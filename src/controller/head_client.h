@@ -34,6 +34,10 @@ class HeadClient {
   virtual bool release(const std::string& group_id) = 0;
   // Free resources of every host, one line each.
   virtual std::vector<std::string> describe_free() = 0;
+  // One request of the head's registry of named workers (name_register, name_lookup,
+  // name_remove: wire/head_protocol.h); its reply. Only a standing head has the registry: the
+  // default throws Error(kInvalidArgument) saying so.
+  virtual Value ask_names(const char* method, const Map& kwargs);
 };
 
 // A standing head over TCP, as one driver sees it.
@@ -57,6 +61,7 @@ class RemoteHeadClient : public HeadClient {
                                              std::optional<size_t> only_host) override;
   bool release(const std::string& group_id) override;
   std::vector<std::string> describe_free() override;
+  Value ask_names(const char* method, const Map& kwargs) override { return ask(method, kwargs); }
 
   // Books every reservation this driver holds again over `peer` (a new connection to the head)
   // where it is, then sends every request over `peer`. Waits up to `hosts_timeout` for the

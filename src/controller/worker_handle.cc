@@ -188,16 +188,23 @@ Future<Value> WorkerState::submit_now(QueuedCall call, MethodMetrics** measured)
   return sent;
 }
 
-void WorkerState::on_started(pid_t pid, uint64_t start_time, std::vector<int> gpus,
-                             std::string log_path) {
+std::string WorkerState::tcp_endpoint() const {
   std::lock_guard<std::mutex> lock(mu_);
+  return tcp_endpoint_;
+}
+
+void WorkerState::on_started(pid_t pid, uint64_t start_time, std::vector<int> gpus,
+                             std::string log_path, std::string tcp_endpoint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tcp_endpoint_ = std::move(tcp_endpoint);
   pid_ = pid;
   start_time_ = start_time;
   gpus_ = std::move(gpus);
   log_path_ = std::move(log_path);
 }
 
-void WorkerState::on_connected(std::shared_ptr<WorkerClient> client, const Kwargs& ctor_args) {
+void WorkerState::on_connected(std::shared_ptr<WorkerClient> client, const Kwargs& ctor_args,
+                               bool construct) {
   std::weak_ptr<WorkerState> weak = weak_from_this();
   client->on_connection_lost(
       [weak](std::vector<std::shared_ptr<internal::FutureState>> pending, const Error& reason) {
@@ -230,7 +237,9 @@ void WorkerState::on_connected(std::shared_ptr<WorkerClient> client, const Kwarg
         client->set_response_filter([](Value& v) { store::resolve_markers(v, /*remove=*/true); });
         init_args.emplace_back("store_threshold", static_cast<int64_t>(store->threshold()));
       }
-      init = client->call("__init__", init_args, "start of " + describe_locked(), nullptr);
+      init = construct
+                 ? client->call("__init__", init_args, "start of " + describe_locked(), nullptr)
+                 : make_ready_future(Value());
       sent.reserve(queued_.size());
       for (auto& q : queued_)
         sent.emplace_back(
@@ -358,5 +367,7 @@ std::string Worker::stop(std::chrono::milliseconds grace) const {
 }
 
 Future<std::string> Worker::died() const { return state_->died(); }
+const std::string& Worker::agent_name() const { return state_->agent_name; }
+std::string Worker::tcp_endpoint() const { return state_->tcp_endpoint(); }
 
 }  // namespace troupe

@@ -66,10 +66,16 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
                              std::shared_ptr<const wire::EncodedKwargs> kwargs,
                              WorkerClient::StreamHandler on_item = nullptr);
 
-  // The agent started the process (I/O thread).
-  void on_started(pid_t pid, uint64_t start_time, std::vector<int> gpus, std::string log_path);
-  // Connected and authenticated: sends __init__ then the queued calls (the connector's thread).
-  void on_connected(std::shared_ptr<WorkerClient> client, const Kwargs& ctor_args);
+  // The agent started the process (I/O thread); `tcp_endpoint`: where anyone with the token may
+  // call it.
+  void on_started(pid_t pid, uint64_t start_time, std::vector<int> gpus, std::string log_path,
+                  std::string tcp_endpoint = "");
+  // Connected and authenticated: sends __init__ (when `construct`; an attached worker's object
+  // exists already and it is ready at once) then the queued calls (the connector's thread).
+  void on_connected(std::shared_ptr<WorkerClient> client, const Kwargs& ctor_args,
+                    bool construct = true);
+  // The worker's TCP endpoint as its agent reported it; empty until started.
+  std::string tcp_endpoint() const;
   // The connection closed with calls pending (I/O thread): waits for the exit report.
   void on_connection_lost(std::vector<std::shared_ptr<internal::FutureState>> pending,
                           const Error& reason);
@@ -99,6 +105,9 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   size_t store_target = DriverStore::kLocal;
   std::string group;
   int rank = -1;
+  // Set once at creation: the driver's shutdown leaves the process running and only closes its
+  // connection (a detached worker, or one attached from the head's registry of named workers).
+  bool outlives_driver = false;
   // Set once at creation: where its calls are counted (null: metrics off).
   std::shared_ptr<DriverMetrics> metrics;
   // Set once at creation: whether the driver records this worker's events on the timeline
@@ -143,6 +152,7 @@ class WorkerState : public std::enable_shared_from_this<WorkerState> {
   uint64_t start_time_ = 0;
   std::vector<int> gpus_;
   std::string log_path_;
+  std::string tcp_endpoint_;
   std::shared_ptr<WorkerClient> client_;
   std::vector<QueuedCall> queued_;
   std::optional<Error> death_;

@@ -86,6 +86,20 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
     }
     serve_driver_request(std::move(r), resp, self->lock());
   };
+  // An agent reports each worker's exit: a named record of that worker goes with it.
+  h.on_event = [this, index](wire::Event&& event) {
+    if (event.name != wire::control::WorkerExited::kEvent) return;
+    std::string name;
+    try {
+      name = wire::control::WorkerExited::from(event.value).name;
+    } catch (const Error& e) {
+      TROUPE_LOG(Warning) << "a bad worker_exited event: " << e.message();
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (*index < 0 || *index >= static_cast<int>(hosts_.size()) || name.empty()) return;
+    drop_names_on_locked(hosts_[*index].host_name, name, "its worker exited");
+  };
   h.on_close = [this, index, self](const Error& reason) {
     std::function<void(const HostRecord&)> callback;
     HostRecord rec;
@@ -104,6 +118,7 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       }
       for (const auto& id : leased)
         if (book_) book_->release(id);
+      if (auto peer = self->lock()) drop_names_of_locked(peer.get());
     }
     if (!leased.empty())
       TROUPE_LOG(Info) << "a driver left (" << reason.message() << "): released its "
@@ -117,6 +132,7 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       if (book_ && static_cast<size_t>(*index) < book_->hosts().size())
         book_->set_host_alive(*index, false);
       rec = hosts_[*index];
+      drop_names_on_locked(rec.host_name, "", "its host's agent left");
       leaving = hosts_leaving_;
       callback = on_host_lost_;
       for (const auto& p : agents_)
@@ -254,10 +270,11 @@ void Head::serve_driver_request(wire::Request&& r, const transport::Responder& r
       return resp.reply(release(id));
     }
     if (r.method == control::DescribeFree::kMethod) return resp.reply(to_value(describe_free()));
+    if (serve_names(r, resp, from)) return;
     resp.fail(Error(ErrorCode::kUnknownMethod,
                     "the head has no method '" + r.method +
                         "' (register_agent, list_hosts, reserve, restore, release, describe_free, "
-                        "status)"));
+                        "name_register, name_lookup, name_remove, status)"));
   } catch (const Error& e) {
     resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
                     "head: " + r.method + ": " + e.message()));

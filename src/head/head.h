@@ -2,8 +2,12 @@
 // agent is still connected. Embedded in the driver by default.
 //
 // Requests it serves (wire/control.h, wire/head_protocol.h): register_agent (from agents),
-// list_hosts, reserve, restore, release, describe_free (from drivers) and status (from `troupe
-// status`).
+// list_hosts, reserve, restore, release, describe_free, name_register, name_lookup, name_remove
+// (from drivers) and status (from `troupe status`).
+// Named workers (wire/head_protocol.h NamedWorkerRecord): a registry of (namespace, name) ->
+// worker, for drivers to find each other's workers. A record that is not detached lives while
+// the driver connection that registered it is open; every record is dropped when its agent
+// reports its worker's exit (worker_exited event) or its host's agent connection closes.
 // A host that registers again under the name of a lost host takes that host's id back.
 // Events it sends to every connection that is not an agent's: host_lost.
 // Leases: a driver's reservations are released when its connection closes; a connection that
@@ -103,8 +107,19 @@ class Head {
   // on are logged as departures (Info), not as lost hosts (Warning). Thread-safe.
   void expect_hosts_to_leave();
   void close();
+  // The named-worker records, sorted by namespace and name. Thread-safe.
+  std::vector<wire::control::NamedWorkerRecord> named_workers() const;
 
  private:
+  // Serves name_register, name_lookup and name_remove; false for another method. Throws Error.
+  bool serve_names(const wire::Request& r, const transport::Responder& resp,
+                   const std::shared_ptr<transport::RpcPeer>& from);
+  // Drops the records of driver `owner` that are not detached (its connection closed) and
+  // forgets it as the owner of the detached ones. mu_ held.
+  void drop_names_of_locked(const transport::RpcPeer* owner);
+  // Drops the records of workers on `host` (all of them when `worker` is empty). mu_ held.
+  void drop_names_on_locked(const std::string& host, const std::string& worker,
+                            const std::string& why);
   void on_connection(std::shared_ptr<transport::Connection> connection);
   void serve_status();
   void serve_driver_request(wire::Request&& r, const transport::Responder& resp,
@@ -140,6 +155,11 @@ class Head {
   std::function<Value()> status_provider_;
   std::deque<transport::Responder> status_queue_;
   std::thread status_thread_;  // serves status_queue_; joined by close()
+  struct NamedEntry {
+    wire::control::NamedWorkerRecord record;
+    const transport::RpcPeer* owner = nullptr;  // null once a detached record's driver left
+  };
+  std::map<std::pair<std::string, std::string>, NamedEntry> names_;  // by (namespace, name)
   bool closing_ = false;
   bool hosts_leaving_ = false;  // expect_hosts_to_leave()
 };

@@ -32,7 +32,8 @@ Map StartWorker::to_map() const {
              {"env", troupe::to_value(env)},
              {"fork_server", fork_server},
              {"python_fork", python_fork},
-             {"python_preload", troupe::to_value(python_preload)}};
+             {"python_preload", troupe::to_value(python_preload)},
+             {"detached", detached}};
 }
 
 StartWorker StartWorker::from(const Value& kwargs) {
@@ -51,6 +52,7 @@ StartWorker StartWorker::from(const Value& kwargs) {
   m.fork_server = f.optional<bool>("fork_server", false);
   m.python_fork = f.optional<bool>("python_fork", false);
   m.python_preload = f.optional<std::vector<std::string>>("python_preload", {});
+  m.detached = f.optional<bool>("detached", false);
   return m;
 }
 

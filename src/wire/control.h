@@ -80,6 +80,10 @@ struct StartWorker {
   bool python_fork = false;
   // Modules that fork server imports before it forks any worker (ClusterOptions::python_preload).
   std::vector<std::string> python_preload;
+  // A standing agent keeps the worker running when the connection that started it closes
+  // (WorkerOptions::detached); stop_worker from any client, the agent's exit and `troupe stop`
+  // end it.
+  bool detached = false;
 
   bool operator==(const StartWorker&) const = default;
   Map to_map() const;

@@ -136,4 +136,74 @@ WorkerLog WorkerLog::from(const Value& value) {
   return m;
 }
 
+namespace {
+
+std::string bounded(const FieldReader& f, const char* message, const char* key, size_t limit,
+                    bool required) {
+  std::string v = required ? f.required<std::string>(key) : f.optional<std::string>(key, "");
+  if (v.size() > limit)
+    throw Error(ErrorCode::kInvalidArgument, std::string(message) + ": field '" + key + "' is " +
+                                                 std::to_string(v.size()) + " bytes, more than " +
+                                                 std::to_string(limit));
+  return v;
+}
+
+}  // namespace
+
+Value NamedWorkerRecord::to_value() const {
+  return Map{{"ns", ns},         {"name", name},        {"detached", detached}, {"host", host},
+             {"worker", worker}, {"tcp", tcp_endpoint}, {"pid", pid},           {"info", info}};
+}
+
+NamedWorkerRecord NamedWorkerRecord::from(const Value& value) {
+  const char* what = "named worker record";
+  FieldReader f(what, value);
+  NamedWorkerRecord r;
+  r.ns = bounded(f, what, "ns", kMaxField, false);
+  r.name = bounded(f, what, "name", kMaxField, true);
+  if (r.name.empty())
+    throw Error(ErrorCode::kInvalidArgument, "named worker record: the name is empty");
+  r.detached = f.optional<bool>("detached", false);
+  r.host = bounded(f, what, "host", kMaxField, false);
+  r.worker = bounded(f, what, "worker", kMaxField, false);
+  r.tcp_endpoint = bounded(f, what, "tcp", kMaxField, false);
+  r.pid = f.optional<int64_t>("pid", 0);
+  r.info = bounded(f, what, "info", kMaxInfo, false);
+  return r;
+}
+
+Map NameRegister::to_map() const { return Map{{"record", record.to_value()}, {"update", update}}; }
+
+NameRegister NameRegister::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  NameRegister m;
+  m.record = NamedWorkerRecord::from(f.required<Value>("record"));
+  m.update = f.optional<bool>("update", false);
+  return m;
+}
+
+Value NameRegisterReply::to_value() const {
+  return Map{{"registered", registered}, {"existing", registered ? Value() : existing.to_value()}};
+}
+
+NameRegisterReply NameRegisterReply::from(const Value& value) {
+  FieldReader f("name_register reply", value);
+  NameRegisterReply m;
+  m.registered = f.required<bool>("registered");
+  if (!m.registered) m.existing = NamedWorkerRecord::from(f.required<Value>("existing"));
+  return m;
+}
+
+NameKey NameKey::from(const char* method, const Value& kwargs) {
+  FieldReader f(method, kwargs);
+  NameKey k;
+  k.ns = bounded(f, method, "ns", NamedWorkerRecord::kMaxField, false);
+  k.name = bounded(f, method, "name", NamedWorkerRecord::kMaxField, true);
+  if (k.name.empty())
+    throw Error(ErrorCode::kInvalidArgument, std::string(method) + ": the name is empty");
+  if (const Value* w = kwargs.find("worker"); w && !w->is_nil())
+    k.worker = bounded(f, method, "worker", NamedWorkerRecord::kMaxField, true);
+  return k;
+}
+
 }  // namespace troupe::wire::control

@@ -1,13 +1,15 @@
 // The requests a driver makes of a standing head, and the events the head and agents send to
 // drivers: typed like control.h (same FieldReader errors; unknown fields ignored).
 //
-// Head requests (driver -> head): list_hosts, reserve, restore, release, describe_free.
+// Head requests (driver -> head): list_hosts, reserve, restore, release, describe_free,
+// name_register, name_lookup, name_remove.
 // Head events (head -> every client that is not an agent): host_lost, host_joined.
 // Agent events (agent -> the driver that started the worker): worker_log.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,6 +125,72 @@ struct WorkerLog {
   bool operator==(const WorkerLog&) const = default;
   Value to_value() const;
   static WorkerLog from(const Value& value);
+};
+
+// ---- the head's registry of named workers (troupe.ray's named actors) -----------------------
+// A record names one running worker under (namespace, name), unique in the head. It is owned by
+// the driver connection that registered it: a record that is not detached is dropped when that
+// connection closes; every record is dropped when its worker exits (its agent's worker_exited
+// event) or its host's agent connection closes, and by name_remove from any driver.
+struct NamedWorkerRecord {
+  std::string ns;    // the namespace
+  std::string name;  // non-empty
+  bool detached = false;
+  std::string host;          // the host's name (host ids differ between drivers)
+  std::string worker;        // the worker's name as its agent knows it; empty while starting
+  std::string tcp_endpoint;  // "tcp:HOST:PORT" where it is called; empty while starting
+  int64_t pid = 0;
+  std::string info;  // opaque to the head: what the registering driver stores (e.g. methods)
+
+  bool operator==(const NamedWorkerRecord&) const = default;
+  Value to_value() const;
+  // Also refuses an empty name and fields longer than kMaxField (info: kMaxInfo) bytes.
+  static NamedWorkerRecord from(const Value& value);
+  static constexpr size_t kMaxField = 1024;
+  static constexpr size_t kMaxInfo = 1 << 20;
+};
+
+// Claims record.ns/record.name. With update, replaces the record this same connection
+// registered under that name (to fill in the worker once it started).
+struct NameRegister {
+  static constexpr const char* kMethod = "name_register";
+  NamedWorkerRecord record;
+  bool update = false;
+
+  bool operator==(const NameRegister&) const = default;
+  Map to_map() const;
+  static NameRegister from(const Value& kwargs);
+};
+
+struct NameRegisterReply {
+  bool registered = false;
+  NamedWorkerRecord existing;  // when not registered: the record that holds the name
+
+  bool operator==(const NameRegisterReply&) const = default;
+  Value to_value() const;
+  static NameRegisterReply from(const Value& value);
+};
+
+// name_lookup and name_remove take {ns, name}; name_remove also an optional worker: then it
+// removes the record only while it names that worker ("" for one not started), so that a
+// driver cleaning up after its worker never removes a record that another driver registered
+// under the name since. Replies: name_lookup, the record or nil; name_remove, whether a record
+// was removed (a bool).
+struct NameKey {
+  static constexpr const char* kLookup = "name_lookup";
+  static constexpr const char* kRemove = "name_remove";
+  std::string ns;
+  std::string name;
+  std::optional<std::string> worker;
+
+  bool operator==(const NameKey&) const = default;
+  Map to_map() const {
+    Map m{{"ns", ns}, {"name", name}};
+    if (worker) m.emplace_back("worker", *worker);
+    return m;
+  }
+  // `method`: kLookup or kRemove, named in errors.
+  static NameKey from(const char* method, const Value& kwargs);
 };
 
 }  // namespace troupe::wire::control

@@ -184,5 +184,31 @@ TEST(HeadProtocol, BadInputNamesTheMessageAndTheField) {
             "worker_log: field 'lines': expected string, got int 1");
 }
 
+TEST(HeadProtocol, NamedWorkerMessagesRoundTrip) {
+  NamedWorkerRecord r{"ns",     "counter",           true,
+                      "node-a", "ab12.ray-counter",  "tcp:10.0.0.2:4100",
+                      4242,     R"({"methods": {}})"};
+  NameRegister m{r, true};
+  EXPECT_EQ(NameRegister::from(through_request(m)), m);
+  NameRegisterReply taken{false, r};
+  EXPECT_EQ(NameRegisterReply::from(through_response(taken.to_value())), taken);
+  NameRegisterReply ok{true, {}};
+  EXPECT_EQ(NameRegisterReply::from(through_response(ok.to_value())), ok);
+  NameKey k{"ns", "counter", "ab12.ray-counter"};
+  EXPECT_EQ(NameKey::from(NameKey::kLookup, through_response(Value(k.to_map()))), k);
+  // Only the name is required; the rest default to empty, not detached, pid 0.
+  NamedWorkerRecord bare = NamedWorkerRecord::from(Map{{"name", "x"}});
+  EXPECT_EQ(bare, (NamedWorkerRecord{"", "x", false, "", "", "", 0, ""}));
+  EXPECT_NE(error_of([] {
+              NamedWorkerRecord::from(Map{{"name", "x"}, {"pid", "7"}});
+            }).find("field 'pid'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              NamedWorkerRecord::from(
+                  Map{{"name", "x"}, {"info", std::string(NamedWorkerRecord::kMaxInfo + 1, 'i')}});
+            }).find("field 'info' is 1048577 bytes"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace troupe::wire::control

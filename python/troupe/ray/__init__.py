@@ -93,7 +93,8 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
     rt = _runtime.DriverRuntime(cluster, True, namespace or f"anonymous-{os.getpid()}",
                                 {"env_vars": env}, "ray" in sys.modules and
                                 sys.modules["ray"] is sys.modules[__name__], resources,
-                                _address_towards(address or os.environ.get("TROUPE_ADDRESS")))
+                                _address_towards(address or os.environ.get("TROUPE_ADDRESS")),
+                                standing=bool(address or os.environ.get("TROUPE_ADDRESS")))
     _runtime.set_current(rt)
     return _runtime_info()
 

@@ -11,7 +11,7 @@ import sys
 import threading
 import warnings
 
-from troupe.ray import _actors, _objects, _resources, _serial, _tasks
+from troupe.ray import _actors, _named, _objects, _resources, _serial, _tasks
 from troupe.ray import exceptions as rex
 
 _HOST = "troupe.ray._host"
@@ -71,9 +71,10 @@ class PlacementGroupState:
 
 class DriverRuntime:
     def __init__(self, cluster, owned, namespace, runtime_env, install_as_ray, custom_resources,
-                 api_host="127.0.0.1"):
+                 api_host="127.0.0.1", standing=False):
         self.cluster = cluster
         self.owned = owned
+        self.standing = standing  # a standing cluster: named actors are shared through its head
         self.namespace = namespace
         self.job_id = os.urandom(4).hex()
         self.job_env = dict((runtime_env or {}).get("env_vars") or {})
@@ -248,7 +249,8 @@ class DriverRuntime:
         """An ActorHandle of `actor_id` made in this driver was garbage-collected (any thread,
         inside __del__: only takes self.lock and posts). The last one ends the actor unless it
         is detached or a handle escaped; the decision is appended to self.lifetime_decisions as
-        (actor_id, "collected" | "kept: detached" | "kept: a handle left the driver")."""
+        (actor_id, "collected" | "kept: detached" | "kept: another driver's actor" |
+        "kept: named on a standing cluster" | "kept: a handle left the driver")."""
         with self.lock:
             n = self.handles.get(actor_id, 0) - 1
             if n > 0:
@@ -260,6 +262,10 @@ class DriverRuntime:
                 return
             if actor.options.get("lifetime") == "detached":
                 decision = "kept: detached"
+            elif getattr(actor, "attached", False):
+                decision = "kept: another driver's actor"
+            elif actor.name and self.standing:
+                decision = "kept: named on a standing cluster"
             elif actor.escaped:
                 decision = "kept: a handle left the driver"
             else:
@@ -275,12 +281,30 @@ class DriverRuntime:
         with self.lock:
             if name and (ns, name) in self.named:
                 existing = self.actors[self.named[(ns, name)]]
+                if existing.dead is None:
+                    if options.get("get_if_exists"):
+                        return existing
+                    raise ValueError(f"The name {name} (namespace={ns}) is already taken by "
+                                     f"actor {existing.actor_id}")
+        actor = _actors.ActorState(self, _objects.new_id()[-24:], spec, cls_name, methods,
+                                   options, args, kwargs)
+        if name and self.standing:
+            taken = _named.claim(self, actor)
+            if taken is not None:
                 if options.get("get_if_exists"):
-                    return existing
-                raise ValueError(f"The name {name} (namespace={ns}) is already taken by actor "
-                                 f"{existing.actor_id}")
-            actor = _actors.ActorState(self, _objects.new_id()[-24:], spec, cls_name, methods,
-                                       options, args, kwargs)
+                    rec = _named.lookup(self, ns, name)
+                    if rec is not None:
+                        return _named.attach(self, rec)
+                raise ValueError(f"The name {name} (namespace={ns}) is already taken by an "
+                                 f"actor of another driver ({taken['host'] or 'starting'})")
+        with self.lock:
+            if name and (ns, name) in self.named and not self.standing:  # another thread's
+                existing = self.actors[self.named[(ns, name)]]
+                if existing.dead is None:
+                    if options.get("get_if_exists"):
+                        return existing
+                    raise ValueError(f"The name {name} (namespace={ns}) is already taken by "
+                                     f"actor {existing.actor_id}")
             self.actors[actor.actor_id] = actor
             if name:
                 self.named[(ns, name)] = actor.actor_id
@@ -292,10 +316,12 @@ class DriverRuntime:
         ns = namespace or self.namespace
         with self.lock:
             actor_id = self.named.get((ns, name))
-            if actor_id is None or self.actors[actor_id].dead is not None:
-                raise ValueError(f"Failed to look up actor with name '{name}' in namespace "
-                                 f"'{ns}'")
-            return self.actors[actor_id]
+            if actor_id is not None and self.actors[actor_id].dead is None:
+                return self.actors[actor_id]
+        rec = _named.lookup(self, ns, name) if self.standing else None
+        if rec is None:
+            raise ValueError(f"Failed to look up actor with name '{name}' in namespace '{ns}'")
+        return _named.attach(self, rec)
 
     def start_actor(self, actor, allocation):
         pool, node, gpus, bundle = allocation
@@ -322,12 +348,18 @@ class DriverRuntime:
         cls = host_class("ActorHost", (opts.get("runtime_env") or {}).get("py_executable"))
         worker = self.cluster.start_worker(
             cls, actor.spec, payload, buffers, self.context_for(node, gpus, extra),
-            host=node.index, name=f"ray-{name}", env=env, gpus=gpus)
+            host=node.index, name=f"ray-{name}", env=env, gpus=gpus,
+            detached=_named.is_detached(self, opts))
         actor.started(worker)
+        if actor.name and self.standing:
+            worker.ready().add_done_callback(
+                lambda f: f.exception() is None and self.post(
+                    lambda: _named.publish(self, actor, worker)))
         worker.died().add_done_callback(
             lambda f: self.post(lambda: self._actor_died(actor, worker, f)))
 
     def _actor_died(self, actor, worker, died_future):
+        forget = None
         with self.lock:
             if actor.worker is not worker and actor.dead is None and actor.worker is not None:
                 return  # an earlier incarnation
@@ -347,8 +379,13 @@ class DriverRuntime:
             else:
                 actor.mark_dead(rex.ActorDiedError(
                     actor.actor_id, f"The actor {actor.cls_name} ({actor.actor_id}) died: {how}"))
-                if actor.name:
-                    self.named.pop((actor.namespace, actor.name), None)
+                if actor.name and self.named.get((actor.namespace, actor.name)) == actor.actor_id:
+                    del self.named[(actor.namespace, actor.name)]
+                if actor.name and self.standing and not self._closed and \
+                        not getattr(actor, "attached", False):
+                    forget = worker  # its record at the head, filled in with it or not yet
+        if forget is not None:
+            _named.forget(self, actor, forget)
         self.schedule()
 
     def kill(self, actor_id, no_restart=True):
@@ -366,6 +403,12 @@ class DriverRuntime:
                         self.named.pop((actor.namespace, actor.name), None)
             return
         worker.stop(0.0)
+        if no_restart and actor.name:
+            with self.lock:  # free now; the death is recorded when its callback runs
+                if self.named.get((actor.namespace, actor.name)) == actor_id:
+                    del self.named[(actor.namespace, actor.name)]
+        if no_restart and actor.name and self.standing:
+            _named.forget(self, actor, worker)
 
     # -- tasks ---------------------------------------------------------------------------
     def submit_task(self, spec, fn_name, options, args, kwargs):
@@ -376,12 +419,15 @@ class DriverRuntime:
         self._closed = True
         self.server.close()
         self._jobs.put(None)
+        if threading.current_thread() is not self._dispatcher:
+            self._dispatcher.join(5)  # what was posted runs first (e.g. publishing a name)
         if self.owned:
             self.cluster.shutdown()
         else:
             for a in list(self.actors.values()):
                 w = a.worker
-                if w is not None:
+                if w is not None and not getattr(a, "attached", False) and \
+                        not _named.is_detached(self, a.options):
                     w.stop(1.0)
             self.tasks.stop_all()
 
