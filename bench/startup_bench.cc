@@ -56,6 +56,17 @@ double seconds_since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();
 }
 
+// Waits for every child in `pids`; whether all exited with status 0.
+bool all_exit_zero(const std::vector<pid_t>& pids) {
+  bool ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      ok = false;
+  }
+  return ok;
+}
+
 // Forks and execs `path` kWorkers times (spawn all), then waits for all; one iteration each.
 void fork_exec_all(benchmark::State& state, const char* path, char* const* envp) {
   for (auto _ : state) {
@@ -74,12 +85,7 @@ void fork_exec_all(benchmark::State& state, const char* path, char* const* envp)
       }
       pids.push_back(pid);
     }
-    bool ok = true;
-    for (pid_t pid : pids) {
-      int status = 0;
-      if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        ok = false;
-    }
+    bool ok = all_exit_zero(pids);
     state.SetIterationTime(seconds_since(t0));
     if (!ok) {
       state.SkipWithError("a child did not exit 0");
@@ -108,12 +114,7 @@ void BM_PosixSpawnTrue64(benchmark::State& state) {
       }
       pids.push_back(pid);
     }
-    bool ok = true;
-    for (pid_t pid : pids) {
-      int status = 0;
-      if (::waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        ok = false;
-    }
+    bool ok = all_exit_zero(pids);
     state.SetIterationTime(seconds_since(t0));
     if (!ok) {
       state.SkipWithError("a child did not exit 0");

@@ -1,6 +1,7 @@
 #include "controller/agent_client.h"
 
 #include <future>
+#include <optional>
 
 #include "common/log.h"
 #include "transport/listener.h"
@@ -125,19 +126,22 @@ class RpcAgentClient : public AgentClient, public std::enable_shared_from_this<R
 AgentConnector make_agent_connector(transport::IoLoop& loop) {
   return [&loop](size_t host, const AgentConnectOptions& options,
                  AgentEvents events) -> std::shared_ptr<AgentClient> {
-    std::promise<std::shared_ptr<RpcAgentClient>> done;
+    // The error travels by value and is thrown on this thread: an exception object shared with
+    // the I/O thread (set_exception) would be freed by whichever thread drops it last.
+    std::promise<std::pair<std::shared_ptr<RpcAgentClient>, std::optional<Error>>> done;
     auto fut = done.get_future();
     transport::async_connect(
         loop.context(), options.endpoint, options.token, options.connect_timeout,
         [host, &done, events = std::move(events)](std::shared_ptr<transport::Connection> c,
                                                   const Error* error) mutable {
           if (error) {
-            done.set_exception(std::make_exception_ptr(*error));
+            done.set_value({nullptr, *error});
             return;
           }
-          done.set_value(RpcAgentClient::attach(host, std::move(c), std::move(events)));
+          done.set_value({RpcAgentClient::attach(host, std::move(c), std::move(events)), {}});
         });
-    auto client = fut.get();
+    auto [client, failure] = fut.get();
+    if (failure) throw *failure;
     if (options.heartbeat_timeout.count() > 0)
       client->start_heartbeat(options.heartbeat_interval, options.heartbeat_timeout);
     return client;

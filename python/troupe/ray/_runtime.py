@@ -275,17 +275,26 @@ class DriverRuntime:
             self.post(actor.collect)
 
     # -- actors --------------------------------------------------------------------------
+    def _live_named(self, ns, name, options):
+        """This driver's live actor named (ns, name) when `options` ask get_if_exists, None when
+        there is none; ValueError when the name is taken otherwise. Under self.lock."""
+        if not name or (ns, name) not in self.named:
+            return None
+        existing = self.actors[self.named[(ns, name)]]
+        if existing.dead is not None:
+            return None
+        if options.get("get_if_exists"):
+            return existing
+        raise ValueError(f"The name {name} (namespace={ns}) is already taken by actor "
+                         f"{existing.actor_id}")
+
     def create_actor(self, spec, cls_name, methods, options, args, kwargs):
         name, ns = options.get("name"), options.get("namespace") or self.namespace
         options = dict(options, namespace=ns)
         with self.lock:
-            if name and (ns, name) in self.named:
-                existing = self.actors[self.named[(ns, name)]]
-                if existing.dead is None:
-                    if options.get("get_if_exists"):
-                        return existing
-                    raise ValueError(f"The name {name} (namespace={ns}) is already taken by "
-                                     f"actor {existing.actor_id}")
+            existing = self._live_named(ns, name, options)
+            if existing is not None:
+                return existing
         actor = _actors.ActorState(self, _objects.new_id()[-24:], spec, cls_name, methods,
                                    options, args, kwargs)
         if name and self.standing:
@@ -298,13 +307,9 @@ class DriverRuntime:
                 raise ValueError(f"The name {name} (namespace={ns}) is already taken by an "
                                  f"actor of another driver ({taken['host'] or 'starting'})")
         with self.lock:
-            if name and (ns, name) in self.named and not self.standing:  # another thread's
-                existing = self.actors[self.named[(ns, name)]]
-                if existing.dead is None:
-                    if options.get("get_if_exists"):
-                        return existing
-                    raise ValueError(f"The name {name} (namespace={ns}) is already taken by "
-                                     f"actor {existing.actor_id}")
+            existing = None if self.standing else self._live_named(ns, name, options)
+            if existing is not None:  # another thread's, meanwhile
+                return existing
             self.actors[actor.actor_id] = actor
             if name:
                 self.named[(ns, name)] = actor.actor_id
