@@ -94,7 +94,8 @@ class DriverRuntime:
         self.pending = []
         self.spread_next = 0
         self.tasks = _tasks.TaskPool(self)
-        self._jobs = queue.Queue()
+        # SimpleQueue: its put is reentrant, so post() may run inside __del__ (ActorHandle)
+        self._jobs = queue.SimpleQueue()
         self._closed = False
         self._dispatcher = threading.Thread(target=self._dispatch_loop, name="troupe-ray",
                                             daemon=True)
