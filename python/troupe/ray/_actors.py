@@ -59,10 +59,12 @@ class ActorState:
         self.node = None
         # Lifetime (Ray's reference counting, driver-side): `escaped` once a handle left the
         # driver or a streaming call was made (then only ray.kill or shutdown ends it);
-        # `collecting` once the driver's last handle is gone; `sent` holds the futures of calls
-        # sent, so that collection waits for the ones still running.
+        # `collecting` once the driver's last handle is gone, `ending` once collect() has
+        # decided to stop it; `sent` holds the futures of calls sent, so that collection waits
+        # for the ones still running.
         self.escaped = False
         self.collecting = False
+        self.ending = False
         self.sent = collections.deque()
 
     # -- errors --------------------------------------------------------------------------
@@ -170,10 +172,11 @@ class ActorState:
         handles all went out of scope after its pending calls."""
         with self.lock:
             self.collecting = True
-            if self.dead is not None:
+            if self.dead is not None or self.ending:
                 return
             if self.queue:
                 return  # drain() calls back once the queue is empty
+            self.ending = True  # once: a later drain() must not end it before these calls
             running = [f for f in self.sent if not f.done()]
             self.sent.clear()
         if not running:
