@@ -269,14 +269,20 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- a Connection alone, over a socketpair ----
 
-TEST(ConnectionLimits, AttachmentTableLargerThanTheReadBuffer) {
-  IoLoop loop;
+// A Connection on `loop` over one end of a socketpair, and the other end (null on failure).
+std::pair<std::shared_ptr<Connection>, RawSocket> connection_pair(IoLoop& loop) {
   int sv[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-  RawSocket raw(sv[1]);
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    return {nullptr, RawSocket(-1)};
   Socket sock(loop.context());
   sock.assign(asio::generic::stream_protocol(AF_UNIX, SOCK_STREAM), sv[0]);
-  auto conn = std::make_shared<Connection>(std::move(sock), "pair");
+  return {std::make_shared<Connection>(std::move(sock), "pair"), RawSocket(sv[1])};
+}
+
+TEST(ConnectionLimits, AttachmentTableLargerThanTheReadBuffer) {
+  IoLoop loop;
+  auto [conn, raw] = connection_pair(loop);
+  ASSERT_TRUE(conn);
   wire::FrameLimits limits;
   limits.max_attachments = 10000;  // a 72 KB table: more than the 64 KB read buffer
   auto got = std::make_shared<std::promise<size_t>>();
@@ -296,12 +302,8 @@ TEST(ConnectionLimits, AttachmentTableLargerThanTheReadBuffer) {
 // still runs: the connection's close handler is called and the peer it held is released.
 TEST(IoLoopStop, RunsTheCloseTheLastHandlerPosted) {
   IoLoop loop;
-  int sv[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-  RawSocket raw(sv[1]);
-  Socket sock(loop.context());
-  sock.assign(asio::generic::stream_protocol(AF_UNIX, SOCK_STREAM), sv[0]);
-  auto conn = std::make_shared<Connection>(std::move(sock), "pair");
+  auto [conn, raw] = connection_pair(loop);
+  ASSERT_TRUE(conn);
   std::atomic<bool> closed{false};
   RpcPeer::Handlers handlers;
   handlers.on_close = [&closed](const Error&) { closed = true; };

@@ -212,6 +212,7 @@ class RawSocket {
   ~RawSocket() { reset(); }
   RawSocket(const RawSocket&) = delete;
   RawSocket& operator=(const RawSocket&) = delete;
+  RawSocket(RawSocket&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   int fd() const { return fd_; }
   void reset() {
     if (fd_ >= 0) ::close(fd_);
