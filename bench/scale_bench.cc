@@ -349,16 +349,6 @@ void register_all() {
   }
 }
 
-const char* load_average() {
-  static char buf[64] = "?";
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (!std::fgets(buf, sizeof(buf), f)) buf[0] = 0;
-    std::fclose(f);
-  }
-  buf[std::strcspn(buf, "\n")] = 0;
-  return buf;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -366,7 +356,7 @@ int main(int argc, char** argv) {
   return troupe_bench::bench_main(argc, argv, [](const troupe_bench::RecordingReporter& r) {
     stop_group();
     g_cluster.reset();
-    std::printf("load average at the end: %s\n", load_average());
+    std::printf("load average at the end: %s\n", troupe_bench::load_average());
     for (const char* n : {"64", "1024"}) {
       std::string s = n;
       troupe_bench::print_ratio(r, "BM_NoopRound" + s, "BM_SocketpairRound" + s, false, "<= 1.5x");

@@ -38,6 +38,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,20 +68,16 @@ bool all_exit_zero(const std::vector<pid_t>& pids) {
   return ok;
 }
 
-// Forks and execs `path` kWorkers times (spawn all), then waits for all; one iteration each.
-void fork_exec_all(benchmark::State& state, const char* path, char* const* envp) {
+// Starts `path` kWorkers times with `spawn_one` (a pid, or -1), then waits for all; one
+// iteration each.
+void spawn_all(benchmark::State& state, const std::function<pid_t()>& spawn_one) {
   for (auto _ : state) {
     auto t0 = SteadyClock::now();
     std::vector<pid_t> pids;
     for (int i = 0; i < kWorkers; ++i) {
-      pid_t pid = ::fork();
-      if (pid == 0) {
-        char* const args[] = {const_cast<char*>(path), nullptr};
-        ::execve(path, args, envp);
-        ::_exit(127);
-      }
+      pid_t pid = spawn_one();
       if (pid < 0) {
-        state.SkipWithError("fork failed");
+        state.SkipWithError("starting a process failed");
         break;
       }
       pids.push_back(pid);
@@ -95,6 +92,19 @@ void fork_exec_all(benchmark::State& state, const char* path, char* const* envp)
   state.SetItemsProcessed(state.iterations() * kWorkers);
 }
 
+// fork+execve of `path` kWorkers times.
+void fork_exec_all(benchmark::State& state, const char* path, char* const* envp) {
+  spawn_all(state, [&] {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      char* const args[] = {const_cast<char*>(path), nullptr};
+      ::execve(path, args, envp);
+      ::_exit(127);
+    }
+    return pid;
+  });
+}
+
 void BM_ForkExecTrue64(benchmark::State& state) { fork_exec_all(state, "/bin/true", environ); }
 BENCHMARK(BM_ForkExecTrue64)
     ->UseManualTime()
@@ -102,26 +112,11 @@ BENCHMARK(BM_ForkExecTrue64)
     ->Unit(benchmark::kMillisecond);
 
 void BM_PosixSpawnTrue64(benchmark::State& state) {
-  for (auto _ : state) {
-    auto t0 = SteadyClock::now();
-    std::vector<pid_t> pids;
+  spawn_all(state, [] {
     char* const args[] = {const_cast<char*>("/bin/true"), nullptr};
-    for (int i = 0; i < kWorkers; ++i) {
-      pid_t pid = 0;
-      if (::posix_spawn(&pid, "/bin/true", nullptr, nullptr, args, environ) != 0) {
-        state.SkipWithError("posix_spawn failed");
-        break;
-      }
-      pids.push_back(pid);
-    }
-    bool ok = all_exit_zero(pids);
-    state.SetIterationTime(seconds_since(t0));
-    if (!ok) {
-      state.SkipWithError("a child did not exit 0");
-      break;
-    }
-  }
-  state.SetItemsProcessed(state.iterations() * kWorkers);
+    pid_t pid = 0;
+    return ::posix_spawn(&pid, "/bin/true", nullptr, nullptr, args, environ) == 0 ? pid : -1;
+  });
 }
 BENCHMARK(BM_PosixSpawnTrue64)
     ->UseManualTime()
