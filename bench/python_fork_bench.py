@@ -14,11 +14,13 @@ and the sum of the workers' PSS (/proc/PID/smaps_rollup) once they all answered.
 
 Then, in that parent, the process creation alone (children exit at once, nothing else timed):
   bare fork     N os.fork() (what mp fork does per worker)
-  double fork   N times: os.fork() of an intermediate that forks the child and exits (what the
-                fork server does per worker: CPython's os.fork cannot clone with CLONE_PARENT,
-                so the agent becomes the parent by the intermediate's exit, FS-3)
+  double fork   N times: os.fork() of an intermediate that forks the child and exits (the
+                agent becomes the parent by the intermediate's exit, FS-3)
+  vfork fork    N times: the same through a vfork()ed intermediate, which shares the parent's
+                memory (troupe._core.fork_past_intermediate: what the fork server does per worker)
 
 Usage: PYTHONPATH=build/python nice /usr/bin/python3 bench/python_fork_bench.py [--n 16 64]
+       [--rows "troupe warm,mp fork,bare fork,vfork fork"]   (default: every row)
 """
 
 import argparse
@@ -82,6 +84,15 @@ def run_mp(n, heavy, method):
 
 def fork_cost(n, double):
     t0 = time.monotonic()
+    if double == "vfork":
+        from troupe import _core
+
+        for _ in range(n):
+            if _core.fork_past_intermediate()[0] == 0:
+                os._exit(0)
+        for _ in range(n):  # reparented to us (subreaper)
+            os.waitpid(-1, 0)
+        return time.monotonic() - t0
     for _ in range(n):
         r, w = os.pipe()
         pid = os.fork()
@@ -102,7 +113,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, nargs="+", default=[16, 64])
     ap.add_argument("--heavy", default=None, help="module the class imports (default torch/numpy)")
+    ap.add_argument("--rows", default=None, help="comma-separated launcher names (default: all)")
     args = ap.parse_args()
+    wanted = set(args.rows.split(",")) if args.rows else None
+
+    def chosen(name):
+        return wanted is None or name in wanted
+
     heavy = args.heavy
     if heavy is None:
         try:
@@ -119,16 +136,22 @@ def main():
                 ("troupe exec", lambda: run_troupe(n, heavy, False)),
                 ("mp spawn", lambda: run_mp(n, heavy, "spawn"))]
         for name, fn in rows:
+            if not chosen(name):
+                continue
             elapsed, pss = fn()
             print(f"{n:>4} {name:<12} {elapsed:8.2f} {pss / 1024:12.0f}", flush=True)
     # Last: it imports the heavy module into this process.
-    for n in args.n:
+    for n in args.n if chosen("mp fork") else []:
         elapsed, pss = run_mp(n, heavy, "fork")
         print(f"{n:>4} {'mp fork':<12} {elapsed:8.2f} {pss / 1024:12.0f}", flush=True)
+    importlib.import_module(heavy)  # the fork rows: from a parent that imported it
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as the agent
     for n in args.n:
-        for name, double in (("bare fork", False), ("double fork", True)):
+        for name, double in (("bare fork", False), ("double fork", True),
+                             ("vfork fork", "vfork")):
+            if not chosen(name):
+                continue
             print(f"{n:>4} {name:<12} {fork_cost(n, double):8.2f}", flush=True)
 
 

@@ -13,6 +13,7 @@
 
 #include "cluster_services.h"
 #include "futures.h"
+#include "sibling_fork.h"
 #include "troupe/troupe.h"
 #include "values.h"
 #include "worker_host.h"
@@ -534,6 +535,8 @@ PYBIND11_MODULE(_core, m) {
   m.def("enable_stack_dumps", &py::enable_stack_dumps,
         "In a worker its agent asks for Python stacks: (fd, signal) for faulthandler.register, "
         "with the end marker written after each dump; None otherwise.");
+  m.def("fork_past_intermediate", &py::fork_past_intermediate,
+        "os.fork() for the fork server, through a vfork()ed intermediate (sibling_fork.h).");
   m.def("run_role", &troupe::run_role, pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("version", &troupe::version);
 }

@@ -6,9 +6,10 @@ bootstrap (``python -c CODE``, which runs troupe._role) -- with TROUPE_ROLE=fork
 TROUPE_FORK_SERVER_FD (its socket to the agent) and TROUPE_PYTHON_PRELOAD (the modules to
 import). It speaks the agent's fork-server protocol (src/agent/fork_server_protocol.h): a
 greeting, then per worker a header with the worker's descriptors attached, its cwd and
-environment, answered with the worker's pid. Each worker is forked by an intermediate child,
-which puts it in its own process group and exits; the agent, a child subreaper, becomes its
-parent (FS-3 of src/agent/fork_server.h).
+environment, answered with the worker's pid. Each worker is forked by an intermediate child
+made with vfork (_core.fork_past_intermediate, python/src/sibling_fork.h), which puts it in its
+own process group and exits; the agent, a child subreaper, becomes its parent (FS-3 of
+src/agent/fork_server.h).
 
 Invariants: PFS-1 and PFS-2 in src/agent/fork_server_choice.h.
 """
@@ -28,6 +29,7 @@ import threading
 # src/agent/fork_server_choice.h.
 
 import troupe._worker  # noqa: F401  troupe's worker runtime, preloaded for every worker
+from troupe import _core
 
 _MAGIC = 0x32534654
 _HELLO_OK, _HELLO_THREADS, _HELLO_BAD_SETUP = 0, 1, 2
@@ -195,42 +197,14 @@ class _Server:
             return -errno.EAGAIN
         sys.stdout.flush()
         sys.stderr.flush()
-        r, w = os.pipe()
         try:
-            intermediate = os.fork()
+            worker, intermediate = _core.fork_past_intermediate()
         except OSError as e:
-            os.close(r)
-            os.close(w)
             return -e.errno
-        if intermediate == 0:
-            try:
-                os.close(r)
-                me = os.getpid()
-                try:
-                    worker = os.fork()
-                except OSError as e:
-                    worker = -e.errno
-                if worker == 0:
-                    os.close(w)
-                    self.become_worker(me, umask, cwd, env, fds)
-                    return None
-                if worker > 0:
-                    try:
-                        os.setpgid(worker, worker)  # FS-2: before the agent learns the pid
-                    except OSError:
-                        pass
-                os.write(w, _INT.pack(worker))
-            finally:
-                if not forked:
-                    os._exit(0)
-        os.close(w)
-        try:
-            data = os.read(r, _INT.size)
-            answer = _INT.unpack(data)[0] if len(data) == _INT.size else -errno.EIO
-        finally:
-            os.close(r)
-            os.waitpid(intermediate, 0)
-        return answer
+        if worker == 0:
+            self.become_worker(intermediate, umask, cwd, env, fds)
+            return None
+        return worker
 
     def become_worker(self, intermediate, umask, cwd, env, fds):
         """In the forked worker: the start an exec'd worker has (PFS-2, FS-2, FS-3). Exits on
