@@ -47,8 +47,10 @@ def run_troupe(n, heavy, fork, warm=False):
     import troupe
 
     env = {"BENCH_HEAVY": heavy, "TROUPE_FORK_SERVER": "1" if fork else "0"}
+    # Warm: the fork server has what mp fork's parent has, the heavy module and the class's.
+    preload = [heavy, "fork_bench_worker"] if warm else [heavy]
     with troupe.Cluster(log_to_driver=False, start_timeout=60,
-                        python_preload=[heavy] if fork else []) as c:
+                        python_preload=preload if fork else []) as c:
         if warm:
             c.start_worker("fork_bench_worker.Heavy", env=env).call("ping").result(timeout=600)
         t0 = time.monotonic()

@@ -537,6 +537,8 @@ PYBIND11_MODULE(_core, m) {
         "with the end marker written after each dump; None otherwise.");
   m.def("fork_past_intermediate", &py::fork_past_intermediate,
         "os.fork() for the fork server, through a vfork()ed intermediate (sibling_fork.h).");
+  m.def("become_forked_worker", &py::become_forked_worker,
+        "In a worker fork_past_intermediate made: its process-level start (sibling_fork.h).");
   m.def("run_role", &troupe::run_role, pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("version", &troupe::version);
 }

@@ -16,7 +16,7 @@ Invariants: PFS-1 and PFS-2 in src/agent/fork_server_choice.h.
 
 import ctypes
 import errno
-import fcntl
+import gc
 import importlib
 import os
 import signal
@@ -38,12 +38,10 @@ _MAX_BODY = 4 << 20
 _MARKER_ROOM = 40
 _HEADER = struct.Struct("=IIII")  # magic, umask, body_len, nfds
 _INT = struct.Struct("=i")
-_PR_SET_PDEATHSIG = 1
 
 forked = False  # True in a worker forked by this module
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_kept = []  # the C environment blocks of this process: never freed
 
 
 def _unsafe():
@@ -156,19 +154,6 @@ def _read_request(sock):
         return None
 
 
-def _set_environment(entries):
-    """Makes `entries` (b"KEY=VALUE") the whole environment: the C environ (a new array, kept)
-    and os.environ (its mapping rebuilt without putenv)."""
-    block = (ctypes.c_char_p * (len(entries) + 1))(*entries, None)
-    _kept.append(block)
-    ctypes.c_void_p.in_dll(_libc, "environ").value = ctypes.addressof(block)
-    data = os.environ._data  # noqa: SLF001 -- os.environ's bytes mapping (shared with environb)
-    data.clear()
-    for entry in entries:
-        key, _, value = entry.partition(b"=")
-        data[key] = value
-
-
 class _Server:
     def __init__(self, sock, agent):
         self.sock = sock
@@ -186,6 +171,12 @@ class _Server:
                 if handler is not None:
                     self.handlers[sig] = handler
         self.marker = _marker_address()
+        self.changed_handlers = []
+
+    def note_changed_handlers(self):
+        """After the preload: the handlers it changed, which each worker sets back."""
+        self.changed_handlers = [(sig, handler) for sig, handler in self.handlers.items()
+                                 if signal.getsignal(sig) != handler]
 
     def spawn(self, request):
         """Forks the worker of `request`: returns its pid (or -errno) in the fork server, None in
@@ -218,53 +209,25 @@ class _Server:
             os._exit(127)
 
     def _become_worker(self, intermediate, umask, cwd, env, fds):
-        if len(fds) > _NUM_FDS:
-            os.write(fds[_NUM_FDS], b"0")  # CT-1: into the worker's container first
-        self.write_marker(env)
-        os.setpgid(0, 0)
-        while True:  # FS-3: the agent's child once the intermediate exited
-            parent = os.getppid()
-            if parent == self.agent:
-                break
-            if parent != intermediate:
-                os._exit(128 + signal.SIGKILL)
-            os.sched_yield()
-        if _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
-        if os.getppid() != self.agent:
-            os._exit(128 + signal.SIGKILL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        for sig, handler in self.handlers.items():
+        self.sock.detach()  # its descriptor is closed below with the others
+        _core.become_forked_worker(self.agent, intermediate, fds, umask, cwd, env,
+                                   self.marker or 0, _MARKER_ROOM)
+        for sig, handler in self.changed_handlers:
             try:
                 signal.signal(sig, handler)
             except (OSError, ValueError):
                 pass
-        self.sock.detach()  # its descriptor is closed below with the others
-        moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 64) for fd in fds[:_NUM_FDS]]
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        for i, fd in enumerate(moved):
-            os.dup2(fd, i + 1)  # inheritable, as an exec'd worker's
-        os.closerange(5, 2**31 - 1)  # close_range(2): every descriptor from 5 on
-        os.umask(umask)
-        if cwd:
-            os.chdir(cwd)
-        _set_environment(env)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        data = os.environ._data  # noqa: SLF001 -- os.environ's bytes mapping (shared with environb)
+        data.clear()
+        for entry in env:
+            key, _, value = entry.partition(b"=")
+            data[key] = value
         sys.path[:] = self.path
         sys.argv[:] = self.argv
         if not sys.stdout.write_through:  # buffered as the interpreter sets up a pipe
             sys.stdout.reconfigure(line_buffering=False)
         self.reseed()
-
-    def write_marker(self, env):
-        if self.marker is None:
-            return
-        value = b""
-        for entry in env:
-            if entry.startswith(b"TROUPE_CONTAINER="):
-                value = entry[len(b"TROUPE_CONTAINER="):]
-        value = value[:_MARKER_ROOM]
-        ctypes.memmove(self.marker, value + b"\0" * (_MARKER_ROOM - len(value)), _MARKER_ROOM)
 
     @staticmethod
     def reseed():
@@ -273,7 +236,11 @@ class _Server:
             sys.modules["random"].seed()
         numpy_random = sys.modules.get("numpy.random")
         if numpy_random is not None:
-            numpy_random.seed()
+            # NumPy's global MT19937 from 624 words of OS entropy, as seed() would make it from
+            # its own, through a far shorter path (half the pages written: each costs a copy).
+            numpy = sys.modules["numpy"]
+            words = numpy.frombuffer(os.urandom(624 * 4), dtype=numpy.uint32)
+            numpy_random.set_state(("MT19937", words, 624, 0, 0.0))
         torch = sys.modules.get("torch")
         if torch is not None and hasattr(torch, "default_generator"):
             torch.default_generator.manual_seed(torch.default_generator.initial_seed())
@@ -296,6 +263,10 @@ def serve():
         os._exit(0)
     if hello != _HELLO_OK:
         os._exit(1)
+    server.note_changed_handlers()
+    # Everything imported so far is permanent: a worker's collections never walk (and so never
+    # write, copying their pages) the objects it shares with this process.
+    gc.freeze()
     while True:
         request = _read_request(sock)
         if request is None:

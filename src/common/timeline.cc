@@ -27,7 +27,8 @@ size_t capacity_from_env() {
   return kDefaultCapacity;
 }
 
-// The ring (TL-1): slots_ is sized once, at the first event; next_ counts every event recorded.
+// The ring (TL-1): slots holds min(next, capacity) events, event i at i % capacity; next
+// counts every event recorded since the last clear.
 struct Ring {
   std::mutex mu;
   std::vector<Event> slots;
@@ -93,8 +94,14 @@ void record(const Event& e) {
   if (!enabled()) return;
   Ring& r = ring();
   std::lock_guard<std::mutex> lock(r.mu);
-  if (r.slots.empty()) r.slots.resize(r.capacity);
-  r.slots[r.next % r.capacity] = e;
+  // Grown by push_back up to capacity (reserved once): a process that records a few events
+  // touches a few pages, not the whole ring.
+  if (r.slots.size() < r.capacity) {
+    if (r.slots.capacity() < r.capacity) r.slots.reserve(r.capacity);
+    r.slots.push_back(e);
+  } else {
+    r.slots[r.next % r.capacity] = e;
+  }
   ++r.next;
 }
 
@@ -114,6 +121,7 @@ Snapshot snapshot() {
 void clear() {
   Ring& r = ring();
   std::lock_guard<std::mutex> lock(r.mu);
+  r.slots.clear();  // keeps the reserved ring
   r.next = 0;
 }
 
