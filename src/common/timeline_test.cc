@@ -34,6 +34,18 @@ TEST_F(RecorderTest, RingKeepsTheNewestAndCountsTheOverwritten) {
   }
 }
 
+TEST_F(RecorderTest, AfterClearOnlyTheNewEventsAreKept) {
+  for (int i = 0; i < 3; ++i) record(make(Kind::kSpan, "call", "old", i, 1));  // ring not full
+  clear();
+  record(make(Kind::kSpan, "call", "new0", 200, 1));
+  record(make(Kind::kSpan, "call", "new1", 201, 1));
+  Snapshot s = snapshot();
+  EXPECT_EQ(s.dropped, 0u);
+  ASSERT_EQ(s.events.size(), 2u);
+  EXPECT_EQ(s.events[0].name_view(), "new0");
+  EXPECT_EQ(s.events[1].name_view(), "new1");
+}
+
 TEST_F(RecorderTest, NothingIsRecordedWhileOff) {
   set_enabled(false);
   record(make(Kind::kInstant, "death", "death", 1));
