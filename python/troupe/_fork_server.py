@@ -231,9 +231,8 @@ class _Server:
 
     @staticmethod
     def reseed():
-        """Random state of its own, as an exec'd worker's (random also reseeds itself at fork)."""
-        if "random" in sys.modules:
-            sys.modules["random"].seed()
+        """Random state of its own, as an exec'd worker's (the random module reseeds itself at
+        fork: fork_past_intermediate runs the interpreter's after-fork hooks)."""
         numpy_random = sys.modules.get("numpy.random")
         if numpy_random is not None:
             # NumPy's global MT19937 from 624 words of OS entropy, as seed() would make it from
