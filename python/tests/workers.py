@@ -72,6 +72,11 @@ class Echo:
     def checksum(self, data):
         return hashlib.sha256(memoryview(data).cast("B")).hexdigest()
 
+    def double_in_place(self, data):
+        """Writes into its argument (a NumPy array): returns the new sum."""
+        data *= 2
+        return int(data.sum())
+
     async def slow_add(self, a, b):
         await asyncio.sleep(0.01)
         return a + b

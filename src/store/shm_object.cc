@@ -20,7 +20,7 @@ namespace {
 
 constexpr const char* kPrefix = "troupe-";
 
-// Owns one read-only mapping.
+// Owns one private mapping of an object (copy-on-write: see shm_object.h).
 struct Mapping {
   void* addr = nullptr;
   size_t size = 0;
@@ -33,7 +33,7 @@ Bytes wrap_mapping(int fd, size_t size) {
   auto m = std::make_shared<Mapping>();
   m->size = size;
   if (size == 0) return Bytes(m, nullptr, 0);
-  m->addr = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  m->addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
   if (m->addr == MAP_FAILED)
     throw Error(ErrorCode::kInternal,
                 std::string("mmap of a store object: ") + std::strerror(errno));
