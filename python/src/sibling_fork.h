@@ -25,11 +25,13 @@ pybind11::tuple fork_past_intermediate();
 // In a worker that fork_past_intermediate() just made, the process-level part of the start an
 // exec'd worker has (PFS-2 of src/agent/fork_server_choice.h), without running Python code
 // (every object a Python path touches is a page copied from the fork server):
-// - CT-1: with a fifth descriptor (the container's cgroup.procs), writes "0" to it first;
+// - with a fifth descriptor (the container's cgroup.procs), writes "0" to it first (CT-1 of
+//   src/agent/containment.h);
 // - writes TROUPE_CONTAINER's value of `env` (truncated, NUL-padded to marker_room bytes) at
 //   `marker` (the value in the block the fork server was exec'd with; 0 when it had none);
-// - FS-2/FS-3: its own process group, waits until `agent` (a child subreaper) is its parent
-//   (exits 137 if another process becomes it), then the parent-death signal SIGKILL;
+// - its own process group, waits until `agent` (a child subreaper) is its parent (exits 137 if
+//   another process becomes it), then the parent-death signal SIGKILL (FS-2 and FS-3 of
+//   src/agent/fork_server.h);
 // - descriptors: /dev/null as 0, fds[0..3] as 1..4 (inheritable), every other one closed;
 // - umask, cwd (when not empty) and the C environment: a new block of `env` ("KEY=VALUE").
 // The Python side (os.environ, sys.path, signal handlers, random state) is the caller's.
