@@ -2,8 +2,8 @@
 
 #include <Python.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -77,10 +77,9 @@ pybind11::tuple fork_past_intermediate() {
   return pybind11::make_tuple(report.worker, intermediate);
 }
 
-void become_forked_worker(int agent, int intermediate, const std::vector<int>& fds,
-                          unsigned umask, const std::string& cwd,
-                          const std::vector<std::string>& env, uintptr_t marker,
-                          size_t marker_room) {
+void become_forked_worker(int agent, int intermediate, const std::vector<int>& fds, unsigned umask,
+                          const std::string& cwd, const std::vector<std::string>& env,
+                          uintptr_t marker, size_t marker_room) {
   if (fds.size() < kWorkerFds) {
     errno = EINVAL;
     check(false, "worker descriptors");

@@ -36,9 +36,8 @@ pybind11::tuple fork_past_intermediate();
 // - umask, cwd (when not empty) and the C environment: a new block of `env` ("KEY=VALUE").
 // The Python side (os.environ, sys.path, signal handlers, random state) is the caller's.
 // Raises OSError when a step fails.
-void become_forked_worker(int agent, int intermediate, const std::vector<int>& fds,
-                          unsigned umask, const std::string& cwd,
-                          const std::vector<std::string>& env, uintptr_t marker,
-                          size_t marker_room);
+void become_forked_worker(int agent, int intermediate, const std::vector<int>& fds, unsigned umask,
+                          const std::string& cwd, const std::vector<std::string>& env,
+                          uintptr_t marker, size_t marker_room);
 
 }  // namespace troupe::py

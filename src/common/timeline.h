@@ -4,8 +4,8 @@
 //
 // Contracts:
 // - TL-1 (bounded): at most capacity() events are kept, the newest; older ones are overwritten
-//   and counted in Snapshot::dropped. The buffer is reserved once, at the first event, and its pages
-//   are touched as events fill it; recording never allocates afterwards.
+//   and counted in Snapshot::dropped. The buffer is reserved once, at the first event, and its
+//   pages are touched as events fill it; recording never allocates afterwards.
 // - TL-2 (cheap): recording is a clock read, a short uncontended lock and a fixed-size copy
 //   (strings are truncated to the fixed fields); with recording off it is one relaxed load.
 // - TL-3 (one clock): times are CLOCK_MONOTONIC nanoseconds (now_ns()) of this host; aligning

@@ -6,9 +6,10 @@
 // An object is written once by its creator (create_object), then mapped by any number of readers
 // (map_object). Each mapping is private and copy-on-write: the API hands it out as const Bytes,
 // and a reader that writes into it anyway (a NumPy array over it in a Python worker) changes
-// private copies of those pages, never the object the others see. Creation reserves every page up front (posix_fallocate), so a full
-// tmpfs is an Error(kOutOfMemory) at creation, never a SIGBUS on a later write or read.
-// Unlinking the file while readers hold mappings is safe: the pages go when the last mapping does.
+// private copies of those pages, never the object the others see. Creation reserves every page up
+// front (posix_fallocate), so a full tmpfs is an Error(kOutOfMemory) at creation, never a SIGBUS on
+// a later write or read. Unlinking the file while readers hold mappings is safe: the pages go when
+// the last mapping does.
 //
 // Threads: every function is thread-safe (no shared state); each blocks on file I/O only.
 #pragma once
@@ -35,14 +36,14 @@ bool valid_object_name(const std::string& name);
 pid_t owner_of(const std::string& name);
 
 // Creates the object `name` in `dir` (O_EXCL, 0600), reserves `size` bytes, copies `data` into
-// it and returns a (copy-on-write) mapping of it as Bytes (the mapping is unmapped when the last copy
-// of the Bytes drops). Throws Error(kOutOfMemory) when the directory has no room (the file is
+// it and returns a (copy-on-write) mapping of it as Bytes (the mapping is unmapped when the last
+// copy of the Bytes drops). Throws Error(kOutOfMemory) when the directory has no room (the file is
 // removed again), Error(kInvalidArgument) for a bad name, Error(kInternal) for other failures.
 Bytes create_object(const std::string& dir, const std::string& name, const uint8_t* data,
                     size_t size);
 
-// Maps the existing object `name` of `dir` (copy-on-write). Throws Error(kInvalidArgument) for a bad
-// name, a missing file, or a file whose size is not `size`.
+// Maps the existing object `name` of `dir` (copy-on-write). Throws Error(kInvalidArgument) for a
+// bad name, a missing file, or a file whose size is not `size`.
 Bytes map_object(const std::string& dir, const std::string& name, size_t size);
 
 // Removes the object's file; false when there was none. Never throws.
