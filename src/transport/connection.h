@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "troupe/error.h"
@@ -32,6 +33,27 @@
 namespace troupe::transport {
 
 using Socket = asio::generic::stream_protocol::socket;
+
+// The read buffer's allocator: growing the buffer leaves the new bytes unwritten, so its pages
+// are touched only as the socket fills them (a worker's start touches a few, not 64 KiB).
+template <typename T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <typename U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialization: no write for bytes
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
 
 // How long a frame may go without a byte arriving once it has started (CONN-2).
 constexpr std::chrono::milliseconds kDefaultFrameStallTimeout{30000};
@@ -130,7 +152,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   FrameHandler retired_frame_handler_;  // replaced while running; destroyed after it returns
   bool dispatching_ = false;
   CloseHandler on_close_;
-  std::vector<uint8_t> rbuf_;
+  std::vector<uint8_t, UninitializedAllocator<uint8_t>> rbuf_;
   size_t rbegin_ = 0, rend_ = 0;
   ReadState state_ = ReadState::kHeader;
   wire::FrameHeader header_;
