@@ -1,6 +1,7 @@
 """Worker classes of test_fork_server.py: a probe of everything a worker process inherits."""
 
 import ctypes
+import gc
 import os
 import random
 import sys
@@ -50,6 +51,7 @@ class Probe:
             "numpy_random": float(numpy.random.random()) if numpy is not None else None,
             "preloaded_before_import": PRELOADED_BEFORE_IMPORT,
             "preload_imported_in": fork_preload_mod.IMPORTED_IN_PID,
+            "gc_frozen": gc.get_freeze_count(),
         }
 
 

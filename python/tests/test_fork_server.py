@@ -82,6 +82,8 @@ def test_forked_worker_is_an_exec_d_workers_equal():
         assert shown[b"TROUPE_CONTAINER"].decode() == forked["env"]["TROUPE_CONTAINER"]
         # Per-process random state: two forked workers draw differently.
         assert forked["random"] != forked2["random"]
+        # PFS-2's one difference: what a forked worker inherited is frozen for the collector.
+        assert forked["gc_frozen"] > 0 and execd["gc_frozen"] == 0
         # The class module imported the test module itself (nothing preloaded).
         assert not forked["preloaded_before_import"]
         assert forked["preload_imported_in"] == forked["pid"]

@@ -48,7 +48,10 @@
 //         torch's default generator back at its initial seed; os.register_at_fork handlers ran).
 //         What stays shared: the modules preloaded (on purpose) and the interpreter's string
 //         hash seed (fixed per interpreter at its start; set PYTHONHASHSEED to make exec'd
-//         workers alike too).
+//         workers alike too). What differs: the objects a worker inherits from the fork server
+//         are frozen for the garbage collector (gc.freeze() before the first fork;
+//         gc.get_freeze_count() is not 0), so no collection writes, and copies, the pages they
+//         share.
 #pragma once
 
 #include <sys/types.h>
