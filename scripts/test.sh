@@ -7,6 +7,7 @@
 #      package in build/python);
 #   4. builds the ASan/UBSan variant (build-asan/) and runs its CTest suite;
 #   5. builds the ThreadSanitizer variant (build-tsan/) and runs its CTest suite;
+#   (the ASan build runs, at nice 19, beside steps 1-3's tests, the TSan build beside step 4's);
 #   6. builds the libFuzzer target over the wire decoders and runs it for a fixed number of
 #      inputs from the seed corpus (scripts/fuzz.sh), counted as one test.
 # Keeps going after a failure so that one run reports everything. A step that fails without
@@ -57,6 +58,31 @@ run_ctest() {
   fi
 }
 
+# Sanitizer builds run in the background at the lowest CPU priority (nice 19) while the
+# previous variant's tests run: they take only the CPU time the tests leave idle (most tests
+# wait on processes and sockets), and the tests keep the CPUs whenever they want them.
+# start_build VARIANT: starts it, its output in $work/build-VARIANT.log.
+# finish_build VARIANT: waits for it and notes the result; its log's tail on failure.
+declare -A build_pid build_began
+start_build() {
+  build_began[$1]=$SECONDS
+  nice -n 19 bash scripts/build.sh "$1" >"$work/build-$1.log" 2>&1 &
+  build_pid[$1]=$!
+}
+finish_build() {
+  local rc=0
+  wait "${build_pid[$1]}" || rc=$?
+  echo "=== build ($1), in the background ==="
+  step_start=${build_began[$1]}
+  if ((rc == 0)); then
+    note "ok      build $1, beside the tests before it $(took)"
+  else
+    tail -n 80 "$work/build-$1.log"
+    step_failed "build $1 (its tests did not run; the end of its log is above)"
+  fi
+  return $rc
+}
+
 echo "=== setup ==="
 step_start=$SECONDS
 if bash scripts/setup.sh; then note "ok      setup $(took)"; else step_failed "setup"; fi
@@ -64,7 +90,10 @@ if bash scripts/setup.sh; then note "ok      setup $(took)"; else step_failed "s
 echo "=== build (release) ==="
 release_ok=0
 step_start=$SECONDS
-if bash scripts/build.sh release; then
+release_built=0
+bash scripts/build.sh release && release_built=1
+start_build asan
+if ((release_built)); then
   release_ok=1
   note "ok      build release $(took)"
   run_ctest release build
@@ -112,28 +141,21 @@ elif ((release_ok)); then
   step_failed "pytest: the release build has no Python module (build/python/troupe/_core*.so)"
 fi
 
-echo "=== build (asan) ==="
-step_start=$SECONDS
-if bash scripts/build.sh asan; then
-  note "ok      build asan $(took)"
+asan_built=0
+finish_build asan && asan_built=1
+start_build tsan
+if ((asan_built)); then
   run_ctest asan build-asan \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-else
-  step_failed "build asan (its tests did not run)"
 fi
 
-echo "=== build (tsan) ==="
-step_start=$SECONDS
-if bash scripts/build.sh tsan; then
-  note "ok      build tsan $(took)"
+if finish_build tsan; then
   # halt_on_error: the first race fails the test that ran into it. tests/tsan.supp: races
   # reported inside Debian's libcpp-httplib, which is not built with ThreadSanitizer (its locks
   # are invisible to it).
   run_ctest tsan build-tsan \
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp
-else
-  step_failed "build tsan (its tests did not run)"
 fi
 
 echo "=== fuzz (wire decoders) ==="
