@@ -37,7 +37,7 @@ void check(bool ok, const char* what) {
   throw pybind11::error_already_set();
 }
 
-constexpr int kWorkerFds = 4;  // stdout, stderr, the agent's channel, the log pipe: 1..4
+constexpr int kWorkerFds = 4;  // become 1..4: stdout, stderr, the ready pipe, the token pipe
 constexpr int kKilledExit = 128 + SIGKILL;
 
 }  // namespace
