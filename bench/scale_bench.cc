@@ -21,7 +21,8 @@
 //
 // Environment, for profiling: SCALE_BENCH_ROUNDS=K (rounds per round benchmark; also prints the
 // CPU time per round of the driver and of the other processes), SCALE_BENCH_SIZES=64,256,1024
-// (group sizes, multiples of 16), SCALE_BENCH_FLOOR_TOUCH_PAGES=K (see run_socketpair_round).
+// (group sizes, multiples of 16), SCALE_BENCH_FLOOR_TOUCH_PAGES=K and
+// SCALE_BENCH_FLOOR_TOUCH_STRIDE=BYTES (see TouchChild).
 //
 // The group lives from a BM_Start until the next BM_Shutdown; each benchmark starts or stops it
 // untimed when it finds the group in the other state, so any --benchmark_filter works. Targets
@@ -30,6 +31,7 @@
 // actors/s.
 #include <benchmark/benchmark.h>
 #include <dirent.h>
+#include <sys/mman.h>
 
 #include <chrono>
 #include <cstdio>
@@ -246,12 +248,16 @@ void run_sharded_round(benchmark::State& state, size_t n) {
   state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
 }
 
-// A forked child that answers each 16-byte message after reading every 64-byte cache line of
-// `pages` 4 KiB pages of its own (the experiment behind SCALE_BENCH_FLOOR_TOUCH_PAGES: what a
-// per-call working set of that size costs at 64 and at 1,024 processes).
+// A forked child that answers each 16-byte message after reading `pages` 4 KiB pages of its
+// own (the experiment behind SCALE_BENCH_FLOOR_TOUCH_PAGES: what a per-call working set of that
+// size costs at 64 and at 1,024 processes). With `stride` 0 the pages are contiguous and every
+// 64-byte line of them is read; otherwise page i starts i * stride bytes into the mapping and
+// one line of it is read (SCALE_BENCH_FLOOR_TOUCH_STRIDE: scattered pages, each needing its own
+// TLB entry, and with a stride of 2 MiB or more its own page-table page, as a call path through
+// many libraries' code and data does).
 class TouchChild {
  public:
-  explicit TouchChild(size_t pages) {
+  TouchChild(size_t pages, size_t stride) {
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) std::abort();
     pid_ = ::fork();
@@ -259,11 +265,16 @@ class TouchChild {
     if (pid_ == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       ::close(sv[0]);
-      std::vector<char> memory(pages * 4096 + 1, 1);  // this child's own pages
+      const size_t step = stride > 0 ? stride : 64;
+      const size_t span = stride > 0 ? pages * stride : pages * 4096;
+      char* memory = static_cast<char*>(
+          ::mmap(nullptr, span + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      if (memory == MAP_FAILED) std::abort();
+      for (size_t i = 0; i < span; i += step) memory[i] = 1;  // this child's own pages
       char buf[16];
       volatile char sink = 0;
       while (troupe_bench::read_all(sv[1], buf, sizeof(buf))) {
-        for (size_t i = 0; i < pages * 4096; i += 64) sink = sink + memory[i];
+        for (size_t i = 0; i < span; i += step) sink = sink + memory[i];
         if (!troupe_bench::write_all(sv[1], buf, sizeof(buf))) break;
       }
       ::_exit(0);
@@ -285,13 +296,15 @@ class TouchChild {
 };
 
 // The floor: n forked echo children over socketpairs, forked before the clock. With
-// SCALE_BENCH_FLOOR_TOUCH_PAGES=K (an experiment, not the floor), each child reads every cache
-// line of K pages of its own before answering.
+// SCALE_BENCH_FLOOR_TOUCH_PAGES=K (an experiment, not the floor), each child reads K pages of
+// its own before answering (SCALE_BENCH_FLOOR_TOUCH_STRIDE: see TouchChild).
 void run_socketpair_round(benchmark::State& state, size_t n) {
   const char* touch = std::getenv("SCALE_BENCH_FLOOR_TOUCH_PAGES");
   const size_t pages = touch ? static_cast<size_t>(std::atoll(touch)) : 0;
+  const char* stride_text = std::getenv("SCALE_BENCH_FLOOR_TOUCH_STRIDE");
+  const size_t stride = stride_text ? static_cast<size_t>(std::atoll(stride_text)) : 0;
   std::vector<std::unique_ptr<TouchChild>> children;
-  for (size_t i = 0; i < n; ++i) children.push_back(std::make_unique<TouchChild>(pages));
+  for (size_t i = 0; i < n; ++i) children.push_back(std::make_unique<TouchChild>(pages, stride));
   RoundsMark mark("socketpair", n);
   char out[16], in[16];
   std::memset(out, 'x', sizeof(out));
