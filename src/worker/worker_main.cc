@@ -76,7 +76,7 @@ class WorkerServer {
       return;
     }
     std::string where = "method '" + m + "' of worker '" + name_ + "' (class " + class_->name + ")";
-    try {  // arguments in the object store: map them (read-only, no copy)
+    try {  // arguments in the object store: map them (no copy; copy-on-write, shm_object.h)
       for (auto& [k, v] : request.kwargs) store::resolve_markers(v);
     } catch (const Error& e) {
       return responder.fail(Error(e.code(), where + ": argument: " + e.message()));
