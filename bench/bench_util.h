@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "load_average.h"
 #include "troupe/troupe.h"
 
 namespace troupe_bench {
@@ -89,18 +90,6 @@ inline void print_ratio(const RecordingReporter& rep, const std::string& name,
 
 // The size of one floor message: about one small call frame (header + msgpack body).
 constexpr size_t kFloorMessageBytes = 64;
-
-// The first line of /proc/loadavg ("?" when unreadable), for the benches' reports. Not
-// thread-safe (a static buffer).
-inline const char* load_average() {
-  static char buf[64] = "?";
-  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-    if (!std::fgets(buf, sizeof(buf), f)) buf[0] = 0;
-    std::fclose(f);
-  }
-  buf[std::strcspn(buf, "\n")] = 0;
-  return buf;
-}
 
 inline bool write_all(int fd, const char* p, size_t n) {
   while (n > 0) {

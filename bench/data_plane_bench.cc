@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "checksum.h"
+#include "load_average.h"
 #include "troupe/troupe.h"
 
 namespace {
@@ -174,15 +175,7 @@ int main(int argc, char** argv) {
     group.get_all_worker_results(group.run_all_workers_single_data("noop"));  // all up
 
     std::printf("data plane, one host: %.3f GiB (%zu bytes) to %d workers, %d reps, load %s\n", gib,
-                n, kWorkers, reps, [] {
-                  static char buf[64] = "?";
-                  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
-                    if (!std::fgets(buf, sizeof(buf), f)) buf[0] = 0;
-                    std::fclose(f);
-                  }
-                  buf[std::strcspn(buf, "\n")] = 0;
-                  return buf;
-                }());
+                n, kWorkers, reps, troupe_bench::load_average());
     std::vector<double> cp, shm, shm_write, tr;
     size_t peak_above = 0;
     for (int r = 0; r < reps; ++r) {
