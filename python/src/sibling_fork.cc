@@ -25,12 +25,7 @@ struct IntermediateReport {
   int fork_errno = 0;
 };
 
-[[noreturn]] void raise_os_error(int err) {
-  errno = err;
-  PyErr_SetFromErrno(PyExc_OSError);
-  throw pybind11::error_already_set();
-}
-
+// Raises OSError(errno, what) unless `ok`.
 void check(bool ok, const char* what) {
   if (ok) return;
   PyErr_SetFromErrnoWithFilename(PyExc_OSError, what);
@@ -70,10 +65,12 @@ pybind11::tuple fork_past_intermediate() {
   const int vfork_errno = errno;
   PyOS_AfterFork_Parent();
   pthread_sigmask(SIG_SETMASK, &saved_mask, nullptr);
-  if (intermediate < 0) raise_os_error(vfork_errno);
+  errno = vfork_errno;
+  check(intermediate >= 0, "vfork");
   while (waitpid(intermediate, nullptr, 0) < 0 && errno == EINTR) {
   }
-  if (report.worker < 0) raise_os_error(report.fork_errno);
+  errno = report.fork_errno;
+  check(report.worker >= 0, "fork");
   return pybind11::make_tuple(report.worker, intermediate);
 }
 
