@@ -56,6 +56,11 @@ run_ctest() {
   else
     note "$( ((nfail == 0)) && echo "ok     " || echo "FAILED ") ctest $label: $((total - nfail)) passed, $nfail failed $(took)"
   fi
+  # The names of the failed tests, from ctest's closing list ("  12 - Suite.Name (Failed)").
+  local failed_test
+  while read -r failed_test; do
+    note "          $failed_test"
+  done < <(sed -n '/^The following tests FAILED:/,$p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ' || true)
 }
 
 # Sanitizer builds run in the background at the lowest CPU priority (nice 19) while the
@@ -133,6 +138,11 @@ run_pytest() {
   else
     note "$( ((nfail + nerr == 0)) && echo "ok     " || echo "FAILED ") pytest: $npass passed, $((nfail + nerr)) failed $(took)"
   fi
+  # The names of the failed tests, from pytest's short summary ("FAILED path::test - why").
+  local failed_test
+  while read -r failed_test; do
+    note "          ${failed_test:0:150}"
+  done < <(grep -E '^(FAILED|ERROR) ' "$log" || true)
 }
 
 if ((release_ok)) && ls build/python/troupe/_core*.so >/dev/null 2>&1; then
