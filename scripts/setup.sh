@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   pkg-config procps iproute2 nftables clang-format
   elfutils
-  clang-14 libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev lld
   slurm-wlm slurmctld slurmd slurm-client munge
   libcpp-httplib-dev prometheus chromium
 )
