@@ -70,7 +70,7 @@ run_ctest() {
     [[ -z "$failed_test" ]] && continue
     grep -qE "[0-9]+ - $failed_test \(" <<<"$failed_list" ||
       note "          passed on its second run: $failed_test"
-  done < <(grep -E 'Test +#[0-9]+: .*\*\*\*' "$log" | sed -E 's/.*Test +#[0-9]+: ([^ ]+) .*/\1/' | sort -u)
+  done < <(grep -E 'Test +#[0-9]+: .*\*\*\*(Failed|Timeout|Exception)' "$log" | sed -E 's/.*Test +#[0-9]+: ([^ ]+) .*/\1/' | sort -u)
   return 0
 }
 
