@@ -20,6 +20,7 @@
 
 #include "common/launch_env.h"
 #include "common/log.h"
+#include "common/proc_stats.h"
 #include "common/process.h"
 #include "troupe/error.h"
 
@@ -38,15 +39,10 @@ bool write_file(const std::string& path, const std::string& text) {
   return ok;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
 // Whether the cgroup at `dir` holds no process, itself or below (cgroup.events "populated 0").
 // A cgroup that is gone is empty.
 bool cgroup_empty(const std::string& dir) {
-  std::string events = read_file(dir + "/cgroup.events");
+  std::string events = proc::read_kernel_file(dir + "/cgroup.events");
   return events.empty() || events.find("populated 0") != std::string::npos;
 }
 
@@ -136,7 +132,7 @@ struct ProcInfo {
 };
 
 std::optional<ProcInfo> read_proc(pid_t pid) {
-  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat = proc::read_kernel_file("/proc/" + std::to_string(pid) + "/stat");
   auto close = stat.rfind(')');
   if (close == std::string::npos) return std::nullopt;
   std::istringstream in(stat.substr(close + 2));
@@ -154,7 +150,7 @@ std::optional<ProcInfo> read_proc(pid_t pid) {
 
 // The value of TROUPE_CONTAINER in /proc/PID/environ; "" when absent or unreadable.
 std::string marker_of(pid_t pid) {
-  std::string env = read_file("/proc/" + std::to_string(pid) + "/environ");
+  std::string env = proc::read_kernel_file("/proc/" + std::to_string(pid) + "/environ");
   std::string key = std::string(worker_env::kContainer) + "=";
   size_t pos = 0;
   while (pos < env.size()) {
@@ -225,7 +221,7 @@ class SubreaperContainment : public Containment {
   // A child that is a zombie (a worker being reaped) has no environment and nothing to kill;
   // everything else is a candidate.
   static bool is_escaped(pid_t pid) {
-    std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat = proc::read_kernel_file("/proc/" + std::to_string(pid) + "/stat");
     auto close = stat.rfind(')');
     return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
   }

@@ -3,12 +3,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 
 #include "common/env.h"
 #include "common/launch_env.h"
 #include "common/log.h"
+#include "common/proc_stats.h"
 
 namespace troupe::agent {
 namespace {
@@ -20,8 +19,7 @@ constexpr const char* kLoaderVars[] = {"LD_LIBRARY_PATH", "LD_PRELOAD"};
 // True when this process's command line is its program name alone (/proc/self/cmdline).
 bool started_without_args() {
   static const bool without = [] {
-    std::ifstream f("/proc/self/cmdline", std::ios::binary);
-    std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string cmdline = proc::read_kernel_file("/proc/self/cmdline");
     return std::count(cmdline.begin(), cmdline.end(), '\0') <= 1;
   }();
   return without;

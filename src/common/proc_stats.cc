@@ -1,6 +1,8 @@
 #include "common/proc_stats.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -49,6 +51,25 @@ std::map<pid_t, int64_t> process_group_rss(const std::vector<pid_t>& pgids) {
     if (it != out.end()) it->second += std::atoll(fields[21].c_str()) * page;
   }
   ::closedir(dir);
+  return out;
+}
+
+std::string read_kernel_file(const std::string& path) {
+  std::string out;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      out.append(buf, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;  // end of file, or an error: what was read so far
+    }
+  }
+  ::close(fd);
   return out;
 }
 
