@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -20,11 +21,7 @@ class ReadKernelFile : public ::testing::Test {
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
   }
-  void TearDown() override {
-    ::unlink((dir_ + "/file").c_str());
-    ::rmdir((dir_ + "/sub").c_str());
-    ::rmdir(dir_.c_str());
-  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string dir_;
 };
 
