@@ -309,12 +309,16 @@ TEST(IoLoopStop, RunsTheCloseTheLastHandlerPosted) {
   handlers.on_close = [&closed](const Error&) { closed = true; };
   std::weak_ptr<RpcPeer> peer = RpcPeer::attach(conn, wire::FrameLimits{}, std::move(handlers));
   conn->start();
-  std::promise<void> release;
+  std::promise<void> enter, release;
   auto released = release.get_future();
-  asio::post(loop.context(), [&released, conn] {
+  asio::post(loop.context(), [&enter, &released, conn] {
+    enter.set_value();
     released.wait();
     conn->close(Error(ErrorCode::kShutdown, "posted after the stop"));
   });
+  // The loop's thread is inside that handler before stop() is called (a stop() that came first
+  // would run the handler itself, in its drain).
+  enter.get_future().wait();
   std::thread stopper([&loop] { loop.stop(); });
   // The loop is stopped (its thread still inside the handler above) before the close is posted.
   auto deadline = std::chrono::steady_clock::now() + kDeadline;
