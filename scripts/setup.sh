@@ -17,7 +17,7 @@ packages=(
 # The Python package (python/): build, tests, and `pip install --no-build-isolation .`.
 packages+=(
   python3 python3-dev pybind11-dev python3-numpy python3-pytest python3-torch python3-cloudpickle
-  python3-pip python3-setuptools python3-wheel
+  python3-pip python3-setuptools python3-wheel python3-venv
 )
 
 missing=()
