@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "gil.h"
 #include "values.h"
 
 namespace troupe::py {
@@ -91,10 +92,19 @@ void bind_futures(pyb::module_& m) {
       .def("context", [](const PyFuture& f) { return f.future.context(); })
       .def("add_done_callback", [](const PyFuture& f, std::function<void()> callback) {
         // Runs on this thread when already done, else on a troupe I/O thread (with the GIL).
-        f.future.then([callback](const Future<Value>&) {
+        // Once the interpreter is finalizing, neither the call nor the release of the Python
+        // callable takes the GIL: the callback is skipped and leaked (see python_usable).
+        std::shared_ptr<std::function<void()>> held(new std::function<void()>(std::move(callback)),
+                                                    [](std::function<void()>* fn) {
+                                                      if (!python_usable()) return;
+                                                      pyb::gil_scoped_acquire gil;
+                                                      delete fn;
+                                                    });
+        f.future.then([held](const Future<Value>&) {
+          if (!python_usable()) return;
           pyb::gil_scoped_acquire gil;
           try {
-            callback();
+            (*held)();
           } catch (pyb::error_already_set& e) {
             e.discard_as_unraisable("troupe future callback");
           }

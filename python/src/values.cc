@@ -5,15 +5,17 @@
 
 #include <memory>
 
+#include "gil.h"
+
 namespace troupe::py {
 namespace {
 
 // Keeps a Python object alive for as long as a Bytes shares its buffer; the release takes the
-// GIL (it may run on an I/O thread) and is skipped once the interpreter is gone.
+// GIL (it may run on an I/O thread) and is skipped once the interpreter is finalizing.
 std::shared_ptr<const void> hold(pyb::object obj) {
   PyObject* p = obj.release().ptr();
   return std::shared_ptr<const void>(p, [](const void* q) {
-    if (!Py_IsInitialized()) return;
+    if (!python_usable()) return;  // exiting: leaked
     pyb::gil_scoped_acquire gil;
     Py_DECREF(const_cast<PyObject*>(static_cast<const PyObject*>(q)));
   });
@@ -32,7 +34,7 @@ Bytes bytes_of_buffer(const pyb::handle& obj, const std::string& what) {
   auto* data = static_cast<const uint8_t*>(view->buf);
   size_t size = static_cast<size_t>(view->len);
   std::shared_ptr<const void> owner(view.get(), [view](const void*) {
-    if (!Py_IsInitialized()) return;
+    if (!python_usable()) return;  // exiting: leaked
     pyb::gil_scoped_acquire gil;
     PyBuffer_Release(view.get());
   });

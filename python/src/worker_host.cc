@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 
+#include "gil.h"
 #include "values.h"
 
 namespace troupe::py {
@@ -41,7 +42,7 @@ namespace {
 std::shared_ptr<void> own(pyb::object obj) {
   auto* p = new pyb::object(std::move(obj));
   return std::shared_ptr<void>(p, [](void* q) {
-    if (!Py_IsInitialized()) return;
+    if (!python_usable()) return;  // exiting: leaked
     pyb::gil_scoped_acquire gil;
     delete static_cast<pyb::object*>(q);
   });

@@ -1,13 +1,29 @@
 """Cluster, Worker, VirtualCluster and NamedSharding: the runtime seen from a Python driver."""
 
+import atexit
 import os
 import sys
+import weakref
 
 from troupe import _core
 from troupe._errors import InvalidArgumentError
 from troupe._futures import Future, Stream
 
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_live_clusters = weakref.WeakSet()  # every Cluster of this process not yet collected
+
+
+@atexit.register
+def _shutdown_at_exit():
+    """Shuts down every Cluster still up when the interpreter exits, as Ray's driver does with
+    ray.shutdown: before finalization, while troupe's I/O threads may still take the GIL to
+    complete pending calls (a program that ends with calls in flight exits with its own
+    status). Idempotent with an explicit shutdown()."""
+    for cluster in list(_live_clusters):
+        try:
+            cluster.shutdown()
+        except Exception as e:  # noqa: BLE001 - exiting: say so, stop the others
+            print(f"troupe: shutting down a cluster at exit failed: {e}", file=sys.stderr)
 
 
 def _bootstrap(paths):
@@ -186,6 +202,7 @@ class Cluster:
                                 agent, (python, boot, {}), dict(python_executables or {}),
                                 address or "", _metrics_port(metrics_port),
                                 _python_preload(python_preload))
+        _live_clusters.add(self)
 
     def start_worker(self, cls, *args, host=0, name="", env=None, num_gpus=0, gpus=None,
                      detached=False, **kwargs):

@@ -8,6 +8,7 @@ README's "Coming from Ray" section lists what is supported and what is refused; 
 outside that subset raises NotSupportedError (or TypeError for an unknown option) naming it.
 """
 
+import atexit
 import os
 import sys
 import time
@@ -19,6 +20,7 @@ from troupe.ray.actor import ActorClass, ActorHandle, method
 from troupe.ray.remote_function import RemoteFunction
 
 DynamicObjectRefGenerator = ObjectRefGenerator
+_exit_hook_registered = False
 
 # init() keywords that only tune Ray itself: accepted, and ignored (documented in the README).
 _IGNORED_INIT = {"include_dashboard", "dashboard_host", "dashboard_port", "_temp_dir",
@@ -96,6 +98,10 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
                                 _address_towards(address or os.environ.get("TROUPE_ADDRESS")),
                                 standing=bool(address or os.environ.get("TROUPE_ADDRESS")))
     _runtime.set_current(rt)
+    global _exit_hook_registered
+    if not _exit_hook_registered:  # as Ray's init does: a driver that never calls shutdown()
+        atexit.register(shutdown, True)  # still stops its cluster before the interpreter ends
+        _exit_hook_registered = True
     return _runtime_info()
 
 
