@@ -45,13 +45,16 @@ run_ctest() {
   # run passes, and the summary names it, so an intermittent failure is reported, never hidden.
   env "$@" ctest --test-dir "$dir" --output-on-failure -j2 --timeout 300 --no-tests=error \
     --repeat until-pass:2 </dev/null 2>&1 | tee "$log" || rc=$?
-  line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
+  # CTest 3 prints "100% tests passed, 0 tests failed out of N"; CTest 4 leaves out the failed
+  # count when it is 0 ("100% tests passed out of N").
+  line=$(grep -E '^[0-9]+% tests passed(, [0-9]+ tests? failed)? out of [0-9]+' "$log" | tail -n 1 || true)
   if [[ -z "$line" ]]; then
     step_failed "ctest $label: no test summary (exit $rc)"
     return
   fi
   total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$line")
-  nfail=$(sed -E 's/.*, ([0-9]+) tests? failed.*/\1/' <<<"$line")
+  nfail=0
+  if [[ "$line" =~ ,\ ([0-9]+)\ tests?\ failed ]]; then nfail=${BASH_REMATCH[1]}; fi
   passed=$((passed + total - nfail))
   failed=$((failed + nfail))
   if ((rc != 0 && nfail == 0)); then
