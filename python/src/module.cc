@@ -291,9 +291,10 @@ void bind_driver(pyb::module_& m) {
       .def("start_worker",
            [](Cluster& c, const std::string& class_name, const pyb::dict& args, size_t host,
               const std::string& name, std::map<std::string, std::string> env, int num_gpus,
-              std::vector<int> gpus, bool detached) {
+              std::vector<int> gpus, bool detached, std::vector<std::string> launch_wrapper) {
              WorkerOptions o;
              o.detached = detached;
+             o.launch_wrapper = std::move(launch_wrapper);
              o.class_name = class_name;
              o.args = to_kwargs(args, "constructor of " + class_name + ": ");
              o.host = host;

@@ -143,7 +143,7 @@ def test_py_executable_runs_the_actor_on_that_interpreter(cluster, tmp_path):
     a = w.Counter.options(runtime_env={"py_executable": str(python)}).remote()
     assert ray.get(a.executable.remote(), timeout=30) == str(python)
     with pytest.raises(rex.RuntimeEnvSetupError, match="does not exist"):
-        w.Counter.options(runtime_env={"py_executable": str(tmp_path / "none")})
+        w.Counter.options(runtime_env={"py_executable": str(tmp_path / "none")}).remote()
     ray.kill(a)
 
 
@@ -183,10 +183,10 @@ def test_handles_created_inside_an_actor(cluster):
 def test_unsupported_features_fail_at_once_naming_them(cluster):
     with pytest.raises(rex.NotSupportedError, match="pip"):
         w.Counter.options(runtime_env={"pip": ["x"]}).remote()
-    with pytest.raises(TypeError, match="frobnicate"):
+    with pytest.raises(ValueError, match="frobnicate"):  # as Ray: at once
         w.square.options(frobnicate=1)
-    with pytest.raises(rex.NotSupportedError, match="max_retries"):
-        w.square.options(max_retries=3)
+    with pytest.raises(rex.NotSupportedError, match="max_retries"):  # at .remote()
+        w.square.options(max_retries=3).remote(1)
     with pytest.raises(rex.NotSupportedError, match="ray.cancel"):
         ray.cancel(w.square.remote(1))
     with pytest.raises(TypeError, match="remote"):

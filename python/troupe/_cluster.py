@@ -205,18 +205,20 @@ class Cluster:
         _live_clusters.add(self)
 
     def start_worker(self, cls, *args, host=0, name="", env=None, num_gpus=0, gpus=None,
-                     detached=False, **kwargs):
+                     detached=False, launch_wrapper=None, **kwargs):
         """Starts one worker of `cls` (a class object, "pkg.module.Class", or a C++ class name
         mapped in `executables`) with these constructor arguments on host `host`; returns its
         Worker at once (see Worker.ready()). `num_gpus`: that many GPUs no other worker uses,
         chosen by the host's agent; or `gpus`: these GPU ids of the host (may be shared with
         other workers), as the worker's CUDA_VISIBLE_DEVICES. `detached` (standing clusters):
         the worker outlives this driver; Worker.stop from any driver, its agent's exit or
-        `troupe stop` end it."""
+        `troupe stop` end it. `launch_wrapper`: a command prefix the worker runs under, e.g.
+        ["nsys", "profile", "-o", "out"] (then it is exec'd, never forked)."""
         name_ = class_name_of(cls)
         return Worker(self._c.start_worker(name_, _encode_args(args, kwargs), host, name,
                                            dict(env or {}), num_gpus,
-                                           [int(g) for g in (gpus or [])], bool(detached)))
+                                           [int(g) for g in (gpus or [])], bool(detached),
+                                           [str(a) for a in (launch_wrapper or [])]))
 
     # -- the head's registry of named workers (standing clusters; ValueError when embedded) --
     # A record is a dict: ns, name, detached, host (its name), worker (Worker.agent_name),

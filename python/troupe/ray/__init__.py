@@ -66,8 +66,7 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
                                            "its driver's cluster")
     from troupe.ray import _options
 
-    _options.check({"runtime_env": runtime_env} if runtime_env else {}, {"runtime_env"},
-                   "ray.init")
+    _options.check_init_runtime_env(runtime_env)
     if address == "auto":
         address = os.environ.get("TROUPE_ADDRESS")
         if not address:
@@ -93,7 +92,7 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
         # Actor and task hosts import troupe.ray: imported once by each host's fork server.
         python_preload=["troupe.ray._host"])
     rt = _runtime.DriverRuntime(cluster, True, namespace or f"anonymous-{os.getpid()}",
-                                {"env_vars": env}, "ray" in sys.modules and
+                                dict(runtime_env or {}, env_vars=env), "ray" in sys.modules and
                                 sys.modules["ray"] is sys.modules[__name__], resources,
                                 _address_towards(address or os.environ.get("TROUPE_ADDRESS")),
                                 standing=bool(address or os.environ.get("TROUPE_ADDRESS")))

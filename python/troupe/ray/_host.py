@@ -86,6 +86,10 @@ def _stream(fn_name, fn, a, b, pickled):
 
 def _apply_startup(context):
     _context.set_worker_context(context)
+    if context.get("runtime_env_setup"):  # working_dir / py_modules (troupe.ray._runtime_env)
+        from troupe.ray import _runtime_env
+
+        _runtime_env.apply_in_worker(context["runtime_env_setup"])
     if context.get("install_as_ray"):
         from troupe.ray import install
 

@@ -1,95 +1,197 @@
-"""Checks of @ray.remote / .options() keyword arguments: the supported ones pass, the others fail
-at once naming the option and what to use instead (nothing is silently ignored)."""
+"""Checks of @ray.remote / .options() keyword arguments, in two steps, as Ray's:
+
+- check(): at decoration and .options(): an option name Ray does not know is a ValueError, a
+  value of the wrong type or range a TypeError / ValueError (Ray raises these there too);
+- refusal(): at .remote() (actor creation, task submission, method call): the message naming an
+  option troupe.ray does not honour and what to use instead, or None; refuse() raises it as
+  NotSupportedError. So a module that decorates with such options still imports (nothing is
+  silently ignored: its first use fails).
+"""
 
 import os
 
 from troupe.ray import exceptions as rex
 
-COMMON = {"num_cpus", "num_gpus", "resources", "runtime_env", "scheduling_strategy", "name",
-          "namespace", "memory", "_metadata"}
-ACTOR = COMMON | {"lifetime", "get_if_exists", "max_concurrency", "max_restarts",
-                  "concurrency_groups", "max_task_retries"}
-TASK = COMMON | {"num_returns", "max_retries", "retry_exceptions"}
-METHOD = {"num_returns", "name", "concurrency_group"}
+# The option names Ray 2.60 accepts (ray/_common/ray_option_utils.py), plus troupe's own.
+_RAY_COMMON = {"label_selector", "fallback_strategy", "accelerator_type", "memory", "name",
+               "num_cpus", "num_gpus", "object_store_memory", "placement_group",
+               "placement_group_bundle_index", "placement_group_capture_child_tasks",
+               "resources", "runtime_env", "scheduling_strategy", "enable_task_events", "_labels"}
+COMMON = _RAY_COMMON | {"namespace", "_metadata"}
+ACTOR = COMMON | {"concurrency_groups", "enable_tensor_transport", "lifetime", "max_concurrency",
+                  "max_restarts", "max_task_retries", "max_pending_calls", "get_if_exists",
+                  "allow_out_of_order_execution", "_actor_generator_backpressure_num_objects"}
+TASK = COMMON | {"max_calls", "max_retries", "num_returns", "retry_exceptions",
+                 "_generator_backpressure_num_objects", "_num_objects_per_yield"}
+METHOD = {"num_returns", "name", "concurrency_group", "max_task_retries", "retry_exceptions",
+          "tensor_transport", "enable_task_events", "_generator_backpressure_num_objects",
+          "_num_objects_per_yield"}
 
+_PG = "scheduling_strategy=PlacementGroupSchedulingStrategy(...)"
+# option -> (the values that mean "not used", what to use instead)
 REFUSED = {
-    "placement_group": "scheduling_strategy=PlacementGroupSchedulingStrategy(...)",
-    "placement_group_bundle_index": "scheduling_strategy=PlacementGroupSchedulingStrategy(...)",
-    "placement_group_capture_child_tasks":
-        "scheduling_strategy=PlacementGroupSchedulingStrategy(...)",
-    "accelerator_type": "num_gpus with custom resources declared in ray.init(resources=...)",
-    "object_store_memory": "nothing: troupe's object store is sized per host by `troupe start`",
-    "label_selector": "custom resources (ray.init(resources=...)) and options(resources=...)",
-    "enable_task_events": "nothing: troupe records no task events",
-    "_labels": "custom resources",
+    "placement_group": (("default", None), _PG),
+    "placement_group_bundle_index": ((-1, None), _PG),
+    "placement_group_capture_child_tasks": ((None, False), _PG),
+    "accelerator_type": ((None,), "num_gpus with custom resources declared in "
+                                  "ray.init(resources=...)"),
+    "object_store_memory": ((None,), "nothing: troupe's object store is sized per host by "
+                                     "`troupe start`"),
+    "label_selector": ((None, {}), "custom resources (ray.init(resources=...)) and "
+                                   "options(resources=...)"),
+    "fallback_strategy": ((None, []), "custom resources and options(resources=...)"),
+    "enable_task_events": ((None, True), "nothing: troupe records no task events"),
+    "_labels": ((None, {}), "custom resources"),
+    "max_calls": ((None, 0), "nothing: task workers are reused; start an actor for state that "
+                             "must not outlive a call"),
+    "max_pending_calls": ((None, -1), "nothing: troupe does not bound an actor's queue"),
+    "allow_out_of_order_execution": ((None, False), "max_concurrency > 1 or an async actor"),
+    "enable_tensor_transport": ((None, False), "ray.put / arguments (the object store)"),
+    "tensor_transport": ((None,), "ray.put / arguments (the object store)"),
+    "_generator_backpressure_num_objects": ((None, -1), "num_returns='streaming' (no "
+                                                        "backpressure)"),
+    "_actor_generator_backpressure_num_objects": ((None, -1), "num_returns='streaming' (no "
+                                                              "backpressure)"),
+    "_num_objects_per_yield": ((None, 1), "one object per yield"),
 }
-RUNTIME_ENV_KEYS = {"env_vars", "py_executable"}
+RUNTIME_ENV_KEYS = {"env_vars", "py_executable", "nsight", "_nsight", "working_dir", "py_modules",
+                    "config"}
+# runtime_env keys a task's own options may not set (its workers are pooled and reused)
+WORKER_LAUNCH_KEYS = {"nsight", "_nsight", "working_dir", "py_modules"}
 
 
 def check(options, allowed, where):
-    """Raises for an option outside `allowed` or a value troupe.ray cannot honour."""
-    for key, value in options.items():
-        if key in REFUSED:
-            raise rex.NotSupportedError(f"{where}: option {key!r} is not supported by "
-                                        f"troupe.ray; use {REFUSED[key]}")
+    """Raises for an option name outside `allowed` (ValueError, as Ray) or a value of the wrong
+    type or range (what Ray raises at decoration time)."""
+    for key in options:
         if key not in allowed:
-            raise TypeError(f"{where}: unknown option {key!r} (troupe.ray supports: "
-                            f"{', '.join(sorted(allowed))})")
-    renv = options.get("runtime_env") or {}
-    extra = set(renv) - RUNTIME_ENV_KEYS
-    if extra:
-        raise rex.NotSupportedError(
-            f"{where}: runtime_env keys {sorted(extra)} are not supported by troupe.ray (it "
-            "supports env_vars and py_executable: install packages into an interpreter and "
-            "name it with py_executable)")
-    exe = renv.get("py_executable")
-    if exe is not None and not os.path.exists(exe):
-        raise rex.RuntimeEnvSetupError(f"{where}: runtime_env py_executable {exe!r} does not "
-                                       "exist")
-    for key in ("max_retries", "max_task_retries"):
-        if options.get(key) not in (None, 0):
-            raise rex.NotSupportedError(
-                f"{where}: {key}={options[key]!r}: troupe.ray does not retry tasks; catch the "
-                "error and resubmit (or use max_restarts for actors)")
-    if options.get("retry_exceptions"):
-        raise rex.NotSupportedError(f"{where}: retry_exceptions: troupe.ray does not retry "
-                                    "tasks; catch the error and resubmit")
-    if options.get("memory"):
-        raise rex.NotSupportedError(f"{where}: memory={options['memory']!r}: troupe.ray does not "
-                                    "schedule by memory; use num_cpus or custom resources")
+            raise ValueError(f"{where}: Invalid option keyword {key!r} (troupe.ray and Ray accept: "
+                             f"{', '.join(sorted(allowed))})")
+    for key in ("num_cpus", "num_gpus", "memory"):
+        v = options.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{where}: the type of keyword {key!r} must be int, float or None, "
+                            f"not {type(v).__name__}")
+        if v < 0:
+            raise ValueError(f"{where}: {key}={v} is negative")
+    g = options.get("num_gpus")
+    if g is not None and g > 1 and g != int(g):
+        raise ValueError(f"{where}: num_gpus={g}: a fraction below 1 or a whole number")
+    res = options.get("resources")
+    if res is not None:
+        if not isinstance(res, dict):
+            raise TypeError(f"{where}: resources must be a dict, not {type(res).__name__}")
+        if "CPU" in res or "GPU" in res:
+            raise ValueError(f"{where}: use the 'num_cpus' and 'num_gpus' keywords instead of "
+                             "'CPU' and 'GPU' in 'resources'")
     lifetime = options.get("lifetime")
     if lifetime not in (None, "detached", "non_detached"):
         raise ValueError(f"{where}: lifetime must be 'detached' or 'non_detached', not "
                          f"{lifetime!r}")
-    g = options.get("num_gpus")
-    if g is not None and (g < 0 or (g > 1 and g != int(g))):
-        raise ValueError(f"{where}: num_gpus={g}: a fraction below 1 or a whole number")
-    c = options.get("num_cpus")
-    if c is not None and c < 0:
-        raise ValueError(f"{where}: num_cpus={c} is negative")
     n = options.get("num_returns")
-    if n is not None and n != "streaming" and (not isinstance(n, int) or n < 0):
+    if n is not None and n not in ("streaming", "dynamic") and (
+            not isinstance(n, int) or isinstance(n, bool) or n < 0):
         raise ValueError(f"{where}: num_returns must be a non-negative int or 'streaming'")
-    if n == "dynamic":
-        raise rex.NotSupportedError(f"{where}: num_returns='dynamic': use 'streaming'")
     if options.get("concurrency_groups") is not None and not isinstance(
             options["concurrency_groups"], dict):
         raise TypeError(f"{where}: concurrency_groups must be a dict of group name -> size")
-    _check_strategy(options.get("scheduling_strategy"), where)
+    if options.get("get_if_exists") and "name" in allowed and not options.get("name") and \
+            "lifetime" in allowed:
+        raise ValueError(f"{where}: the actor name must be specified to use `get_if_exists`")
+    _check_runtime_env_types(options.get("runtime_env"), where)
 
 
-def _check_strategy(strategy, where):
+def _check_runtime_env_types(renv, where):
+    if renv is None:
+        return
+    if not isinstance(renv, dict):
+        raise TypeError(f"{where}: the type of keyword 'runtime_env' must be dict or None, not "
+                        f"{type(renv).__name__}")
+    env_vars = renv.get("env_vars")
+    if env_vars is not None:
+        if not isinstance(env_vars, dict):
+            raise TypeError(f"{where}: runtime_env['env_vars'] must be of type Dict[str, str]")
+        for k, v in env_vars.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise TypeError(f"{where}: runtime_env['env_vars'] must be of type "
+                                f"Dict[str, str], but {k!r}: {v!r} is not")
+
+
+def refusal(options, kind="actor"):
+    """The message naming what troupe.ray cannot honour in `options` (of an "actor", a "task"
+    or a "method" call) and what to use instead; None when it can honour them all."""
+    for key, value in options.items():
+        if key in REFUSED:
+            unused, instead = REFUSED[key]
+            if not any(value is u or (type(value) is type(u) and value == u) for u in unused):
+                return f"option {key}={value!r} is not supported by troupe.ray; use {instead}"
+    renv = options.get("runtime_env") or {}
+    extra = set(renv) - RUNTIME_ENV_KEYS
+    if extra:
+        return (f"runtime_env keys {sorted(extra)} are not supported by troupe.ray (it supports "
+                f"{', '.join(sorted(RUNTIME_ENV_KEYS - {'_nsight'}))}: install packages into an "
+                "interpreter and name it with py_executable)")
+    if kind == "task":
+        launch = set(renv) & WORKER_LAUNCH_KEYS
+        if launch:
+            return (f"runtime_env {sorted(launch)} on a task: troupe.ray runs tasks on pooled "
+                    "workers; set them in ray.init(runtime_env=...) (every worker) or on an "
+                    "actor")
+    for key in ("working_dir",):
+        if isinstance(renv.get(key), str) and "://" in renv[key]:
+            return (f"runtime_env {key}={renv[key]!r}: remote URIs are not supported by "
+                    "troupe.ray; use a local directory")
+    for mod in renv.get("py_modules") or ():
+        if isinstance(mod, str) and "://" in mod:
+            return (f"runtime_env py_modules entry {mod!r}: remote URIs are not supported by "
+                    "troupe.ray; use a local directory or .py file")
+    # Task retries (the other helper implements them; edit here when they land).
+    for key in ("max_retries", "max_task_retries"):
+        if options.get(key) not in (None, 0):
+            return (f"{key}={options[key]!r}: troupe.ray does not retry tasks; catch the error "
+                    "and resubmit (or use max_restarts for actors)")
+    if options.get("retry_exceptions"):
+        return "retry_exceptions: troupe.ray does not retry tasks; catch the error and resubmit"
+    if options.get("num_returns") == "dynamic":
+        return "num_returns='dynamic' is not supported by troupe.ray: use 'streaming'"
+    return _strategy_refusal(options.get("scheduling_strategy"))
+
+
+def refuse(options, kind, where):
+    """Raises NotSupportedError with refusal(options, kind), if any; RuntimeEnvSetupError for a
+    py_executable that does not exist."""
+    msg = refusal(options, kind)
+    if msg is not None:
+        raise rex.NotSupportedError(f"{where}: {msg}")
+    exe = (options.get("runtime_env") or {}).get("py_executable")
+    if exe is not None and not os.path.exists(exe):
+        raise rex.RuntimeEnvSetupError(f"{where}: runtime_env py_executable {exe!r} does not "
+                                       "exist")
+
+
+def check_init_runtime_env(runtime_env):
+    """ray.init(runtime_env=...): checked and refused at once (the job's every worker)."""
+    if not runtime_env:
+        return
+    check({"runtime_env": runtime_env}, {"runtime_env"}, "ray.init")
+    refuse({"runtime_env": runtime_env}, "job", "ray.init")
+    from troupe.ray import _runtime_env
+
+    _runtime_env.validate_paths(runtime_env, "ray.init")
+
+
+def _strategy_refusal(strategy):
     from troupe.ray.util.scheduling_strategies import (
         NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy)
 
     if strategy is None or strategy in ("DEFAULT", "SPREAD"):
-        return
+        return None
     if isinstance(strategy, (PlacementGroupSchedulingStrategy, NodeAffinitySchedulingStrategy)):
-        return
-    raise rex.NotSupportedError(
-        f"{where}: scheduling_strategy {strategy!r} is not supported by troupe.ray (use "
-        "'DEFAULT', 'SPREAD', PlacementGroupSchedulingStrategy or "
-        "NodeAffinitySchedulingStrategy)")
+        return None
+    return (f"scheduling_strategy {strategy!r} is not supported by troupe.ray (use 'DEFAULT', "
+            "'SPREAD', PlacementGroupSchedulingStrategy or NodeAffinitySchedulingStrategy)")
 
 
 def merged(base, extra):

@@ -5,6 +5,7 @@ Not thread-safe: the runtime calls it on its dispatcher thread (or under its loc
 """
 
 import hashlib
+import os
 
 EPS = 1e-9
 
@@ -80,9 +81,24 @@ class Node:
         self.address = address
         self.node_id = node_id_of(address, name)
         self.alive = True
-        amounts = {"CPU": float(cpus), "GPU": float(len(gpu_ids)), f"node:{address}": 1.0}
+        amounts = {"CPU": float(cpus), "GPU": float(len(gpu_ids)), f"node:{address}": 1.0,
+                   "memory": default_memory()}
         amounts.update({k: float(v) for k, v in (custom or {}).items()})
         self.pool = Pool(amounts, {g: 1.0 for g in gpu_ids})
+
+
+def default_memory():
+    """A node's logical "memory" resource in bytes, as Ray sizes it: what is available on this
+    machine less Ray's default object store share (30%). A host's `troupe start --resources
+    memory=BYTES` overrides it. Requests (options(memory=)) are only accounted, never enforced."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return float(int(int(line.split()[1]) * 1024 * 0.7))
+    except OSError:
+        pass
+    return float(int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.7))
 
 
 class Bundle:

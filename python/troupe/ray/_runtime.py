@@ -78,6 +78,7 @@ class DriverRuntime:
         self.namespace = namespace
         self.job_id = os.urandom(4).hex()
         self.job_env = dict((runtime_env or {}).get("env_vars") or {})
+        self.job_runtime_env = dict(runtime_env or {})  # working_dir, py_modules, nsight too
         self.install_as_ray = install_as_ray
         self.lock = threading.RLock()
         self.nodes = [_resources.Node(h["index"], h["name"], h["address"], h["num_cpus"],
@@ -352,10 +353,15 @@ class DriverRuntime:
         base = f"{actor.name or actor.cls_name.rsplit('.', 1)[-1]}-{actor.actor_id[-6:]}"
         name = base if actor.incarnation == 1 else f"{base}-r{actor.incarnation - 1}"
         cls = host_class("ActorHost", (opts.get("runtime_env") or {}).get("py_executable"))
+        from troupe.ray import _runtime_env
+
+        setup, wrapper = _runtime_env.launch(self, opts.get("runtime_env"), env,
+                                             f"{actor.cls_name} runtime_env")
+        extra.update(setup)
         worker = self.cluster.start_worker(
             cls, actor.spec, payload, buffers, self.context_for(node, gpus, extra),
             host=node.index, name=f"ray-{name}", env=env, gpus=gpus,
-            detached=_named.is_detached(self, opts))
+            detached=_named.is_detached(self, opts), launch_wrapper=wrapper)
         actor.started(worker)
         if actor.name and self.standing:
             worker.ready().add_done_callback(
@@ -463,6 +469,8 @@ def _request_of(options, actor):
     cpus = options.get("num_cpus")
     out = {"CPU": float(cpus if cpus is not None else (0 if actor else 1)),
            "GPU": float(options.get("num_gpus") or 0)}
+    if options.get("memory"):
+        out["memory"] = float(options["memory"])  # a logical resource, as Ray's
     for k, v in (options.get("resources") or {}).items():
         out[k] = float(v)
     return out

@@ -110,9 +110,14 @@ class TaskPool:
             if w.alive():
                 return w
         self.count += 1
+        from troupe.ray import _runtime_env  # the job's working_dir, py_modules, nsight
+
+        setup, wrapper = _runtime_env.launch(self.runtime, None, self.runtime.job_env,
+                                             "ray.init runtime_env")
         w = self.runtime.cluster.start_worker(
-            cls, self.runtime.context_for(node, [], {}), host=node.index,
-            name=f"ray-task-{node.index}-{self.count}", env=dict(self.runtime.job_env))
+            cls, self.runtime.context_for(node, [], setup), host=node.index,
+            name=f"ray-task-{node.index}-{self.count}", env=dict(self.runtime.job_env),
+            launch_wrapper=wrapper)
         self.all.append(w)
         return w
 

@@ -3,6 +3,7 @@
 import inspect
 
 from troupe.ray import _options
+from troupe.ray.exceptions import NotSupportedError
 
 
 def definition_spec(obj):
@@ -31,7 +32,8 @@ def method_table(cls):
         if not callable(fn):
             continue
         out[name] = (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn),
-                     inspect.iscoroutinefunction(fn), getattr(fn, "__ray_num_returns__", None))
+                     inspect.iscoroutinefunction(fn), getattr(fn, "__ray_num_returns__", None),
+                     getattr(fn, "__ray_refused__", None))
     return out
 
 
@@ -90,6 +92,15 @@ class ActorClass:
         if self._methods is None:
             self._methods = method_table(cls)
         options = dict(options)
+        where = f"{cls.__qualname__}.remote"
+        _options.refuse(options, "actor", where)
+        renv = options.get("runtime_env") or {}
+        if renv:
+            from troupe.ray import _runtime_env
+
+            _runtime_env.validate_paths(renv, where)
+            if renv.get("nsight", renv.get("_nsight")):
+                _runtime_env.check_nsys(renv, where)
         _options.check_method_groups(cls, options, f"{cls.__qualname__}.options")
         return _api.api().create_actor(definition_spec(cls), f"{cls.__module__}.{cls.__qualname__}",
                                        self._methods, options, tuple(args), dict(kwargs))
@@ -99,15 +110,18 @@ class ActorMethod:
     """``handle.method``: ``.remote(*args, **kwargs)`` calls it and returns an ObjectRef (a list
     of them with num_returns > 1, an ObjectRefGenerator with num_returns="streaming")."""
 
-    def __init__(self, handle, name, num_returns=None, concurrency_group=None):
+    def __init__(self, handle, name, num_returns=None, concurrency_group=None, refused=None):
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
         self._group = concurrency_group
+        self._refused = refused  # what .remote() refuses (@ray.method / .options()), or None
 
     def remote(self, *args, **kwargs):
         from troupe.ray import _api
 
+        if self._refused is not None:
+            raise NotSupportedError(f"{self._name}.remote: {self._refused}")
         return _api.api().call_actor(self._handle._actor_id, self._name, tuple(args),
                                      dict(kwargs), self._num_returns, self._group)
 
@@ -118,7 +132,8 @@ class ActorMethod:
             raise TypeError(f"{self._name}.options: concurrency_group must be a str, not "
                             f"{type(group).__name__}")
         return ActorMethod(self._handle, self._name,
-                           options.get("num_returns", self._num_returns), group)
+                           options.get("num_returns", self._num_returns), group,
+                           _options.refusal(options, "method") or self._refused)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actor methods cannot be called directly. Instead of running "
@@ -151,7 +166,8 @@ class ActorHandle:
             if name.startswith("_"):
                 raise AttributeError(name)
             raise AttributeError(f"'{self._cls_name}' actor has no method '{name}'")
-        return ActorMethod(self, name, self._methods[name][2])
+        entry = self._methods[name]
+        return ActorMethod(self, name, entry[2], None, entry[3] if len(entry) > 3 else None)
 
     def _actor_id_hex(self):
         return self._actor_id
@@ -171,19 +187,22 @@ class ActorHandle:
         return (ActorHandle, (self._actor_id, self._methods, self._cls_name))
 
 
-def method(num_returns=None, concurrency_group=None, **unsupported):
+def method(num_returns=None, concurrency_group=None, **options):
     """@ray.method(num_returns=N, concurrency_group=G): the default num_returns of an actor
     method, and the concurrency group its calls run in (one of the actor's
-    `concurrency_groups`; default: the actor's own max_concurrency)."""
-    if unsupported:
-        from troupe.ray.exceptions import NotSupportedError
-
-        raise NotSupportedError(f"@ray.method options {sorted(unsupported)} are not supported "
-                                "by troupe.ray (num_returns and concurrency_group are)")
+    `concurrency_groups`; default: the actor's own max_concurrency). Ray's other method options
+    are accepted here and refused when the method is called (names Ray does not know: a
+    ValueError at once)."""
+    unknown = set(options) - _options.METHOD
+    if unknown:
+        raise ValueError(f"@ray.method: unexpected keyword arguments {sorted(unknown)} (the "
+                         f"supported ones are {sorted(_options.METHOD - {'name'})})")
+    refused = _options.refusal(options, "method")
 
     def mark(fn):
         fn.__ray_num_returns__ = num_returns
         fn.__ray_concurrency_group__ = concurrency_group
+        fn.__ray_refused__ = refused
         return fn
 
     return mark

@@ -9,7 +9,9 @@ from troupe.ray.actor import definition_spec
 class RemoteFunction:
     """``f.remote(*args, **kwargs)`` runs the function as a task on a worker and returns an
     ObjectRef (a list with num_returns > 1, an ObjectRefGenerator with "streaming");
-    ``f.options(**opts)`` overrides the decorator's options."""
+    ``f.options(**opts)`` overrides the decorator's options. Option names and types are checked
+    at decoration and .options() (as Ray does); what troupe.ray cannot honour is refused at
+    .remote() (_options.refusal), so a module decorating with it still imports."""
 
     def __init__(self, fn, options):
         _options.check(options, _options.TASK, f"@ray.remote function {fn.__qualname__}")
@@ -48,6 +50,7 @@ class RemoteFunction:
     def _submit(self, options, args, kwargs):
         from troupe.ray import _api
 
+        _options.refuse(options, "task", f"{self.__qualname__}.remote")
         if self._spec is None:
             self._spec = definition_spec(self._troupe_ray_target)
         if options.get("num_returns") is None and inspect.isgeneratorfunction(
