@@ -161,6 +161,7 @@ def test_unknown_option_names_fail_at_once_as_in_ray():
 def test_memory_is_a_logical_resource_accounted_as_in_ray(cluster):
     total = ray.cluster_resources()["memory"]
     assert total > 0
+    assert ray.cluster_resources()["object_store_memory"] > 0  # reported, as Ray does
     before = ray.available_resources()["memory"]
 
     @ray.remote(memory=10**8, num_cpus=0)

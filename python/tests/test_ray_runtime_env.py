@@ -52,6 +52,11 @@ def task_where():
     return os.getcwd(), wd_mod.VALUE
 
 
+@ray.remote
+def task_pid():
+    return os.getpid()
+
+
 @pytest.fixture
 def fake_nsys(tmp_path):
     bindir = tmp_path / "bin"
@@ -117,6 +122,26 @@ def test_nsight_without_nsys_on_path_fails_naming_nsys(plain, tmp_path):
         cls.remote()
     with pytest.raises(rex.RuntimeEnvSetupError, match="nsight config"):
         Probe.options(runtime_env={"nsight": "everything"}).remote()
+
+
+def test_job_nsight_runs_task_workers_under_nsys(fake_nsys, tmp_path):
+    bindir, record = fake_nsys
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "NSYS_RECORD": str(record)}
+    info = ray.init(num_cpus=1, include_dashboard=False,
+                    runtime_env={"nsight": {"t": "nvtx"}, "env_vars": env})
+    try:
+        pid = ray.get(task_pid.remote(), timeout=60)
+        recorded_pid, args = _record(record)
+        assert recorded_pid == pid
+        assert args[:6] == ["profile", "-t", "nvtx", "-o",
+                            os.path.join(info["session_dir"], "logs", "nsight",
+                                         "worker_process_%p"), sys.executable]
+    finally:
+        ray.shutdown()
+    with pytest.raises(rex.RuntimeEnvSetupError, match="`nsys`"):
+        ray.init(num_cpus=1, runtime_env={"nsight": "default",
+                                          "env_vars": {"PATH": str(tmp_path)}})
+    assert not ray.is_initialized()
 
 
 def test_nsight_on_a_task_is_refused_at_remote(plain):

@@ -180,6 +180,8 @@ def check_init_runtime_env(runtime_env):
     from troupe.ray import _runtime_env
 
     _runtime_env.validate_paths(runtime_env, "ray.init")
+    if runtime_env.get("nsight", runtime_env.get("_nsight")):
+        _runtime_env.check_nsys(runtime_env, "ray.init")
 
 
 def _strategy_refusal(strategy):

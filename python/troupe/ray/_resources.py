@@ -82,23 +82,24 @@ class Node:
         self.node_id = node_id_of(address, name)
         self.alive = True
         amounts = {"CPU": float(cpus), "GPU": float(len(gpu_ids)), f"node:{address}": 1.0,
-                   "memory": default_memory()}
+                   "memory": default_memory(), "object_store_memory": default_memory(0.3)}
         amounts.update({k: float(v) for k, v in (custom or {}).items()})
         self.pool = Pool(amounts, {g: 1.0 for g in gpu_ids})
 
 
-def default_memory():
+def default_memory(share=0.7):
     """A node's logical "memory" resource in bytes, as Ray sizes it: what is available on this
-    machine less Ray's default object store share (30%). A host's `troupe start --resources
-    memory=BYTES` overrides it. Requests (options(memory=)) are only accounted, never enforced."""
+    machine less Ray's default object store share (30%, the "object_store_memory" Ray reports:
+    share=0.3). A host's `troupe start --resources memory=BYTES` overrides it. Requests
+    (options(memory=)) are only accounted, never enforced."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
-                    return float(int(int(line.split()[1]) * 1024 * 0.7))
+                    return float(int(int(line.split()[1]) * 1024 * share))
     except OSError:
         pass
-    return float(int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.7))
+    return float(int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * share))
 
 
 class Bundle:
