@@ -185,6 +185,11 @@ def test_job_working_dir_and_py_modules_reach_actors_and_tasks(tmp_path):
         tcwd, value = ray.get(task_where.remote(), timeout=60)
         assert tcwd == cwd and value == "from working_dir"
         ray.kill(a)
+        # one snapshot per session, as Ray uploads the job's once: later edits stay out
+        (wd / "data" / "input.txt").write_text("edited\n")
+        b = Probe.remote()
+        assert ray.get(b.read.remote("data/input.txt"), timeout=60) == "hello\n"
+        ray.kill(b)
     finally:
         ray.shutdown()
 

@@ -97,8 +97,7 @@ def check(options, allowed, where):
     if options.get("concurrency_groups") is not None and not isinstance(
             options["concurrency_groups"], dict):
         raise TypeError(f"{where}: concurrency_groups must be a dict of group name -> size")
-    if options.get("get_if_exists") and "name" in allowed and not options.get("name") and \
-            "lifetime" in allowed:
+    if options.get("get_if_exists") and "get_if_exists" in allowed and not options.get("name"):
         raise ValueError(f"{where}: the actor name must be specified to use `get_if_exists`")
     _check_runtime_env_types(options.get("runtime_env"), where)
 

@@ -31,7 +31,7 @@ NSIGHT_DEFAULT = {"t": "cuda,cudnn,cublas,nvtx", "o": "'worker_process_%p'",
 SETUP_KEY = "runtime_env_setup"  # in a worker's start-up context: {"cwd", "sys_path"}
 
 _lock = threading.Lock()
-_staged = {}  # (session dir, kind, source path, signature) -> copied path
+_staged = {}  # (session dir, kind, source path) -> copied path
 
 
 def effective(job_env, own):
@@ -116,13 +116,14 @@ def _signature(path):
 
 
 def _stage(session_dir, kind, src):
-    """Copies `src` (once per content) under session_dir/runtime_resources/<kind>_files/;
-    returns the directory to use (the copy of a working_dir; the parent of a module's)."""
-    sig = _signature(src)
-    key = (session_dir, kind, src, sig)
+    """Copies `src` under session_dir/runtime_resources/<kind>_files/ on its first use in the
+    session (later workers share that snapshot, as Ray's job-level upload); returns the
+    directory to use (the copy of a working_dir; the parent of a module's)."""
+    key = (session_dir, kind, src)
     with _lock:
         if key in _staged:
             return _staged[key]
+        sig = _signature(src)
         dest = os.path.join(session_dir, "runtime_resources", f"{kind}_files",
                             f"_troupe_pkg_{sig}")
         if not os.path.exists(dest):
