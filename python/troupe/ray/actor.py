@@ -98,9 +98,12 @@ class ActorClass:
         if renv:
             from troupe.ray import _runtime_env
 
+            from troupe.ray import _runtime
+
             _runtime_env.validate_paths(renv, where)
-            if renv.get("nsight", renv.get("_nsight")):
-                _runtime_env.check_nsys(renv, where)
+            if renv.get("nsight", renv.get("_nsight")):  # the job's env_vars count (PATH)
+                _runtime_env.check_nsys(_runtime_env.effective(
+                    getattr(_runtime.current(), "job_runtime_env", None), renv), where)
         _options.check_method_groups(cls, options, f"{cls.__qualname__}.options")
         return _api.api().create_actor(definition_spec(cls), f"{cls.__module__}.{cls.__qualname__}",
                                        self._methods, options, tuple(args), dict(kwargs))
