@@ -98,8 +98,10 @@ pyb::object bytes_as_array(const Bytes& bytes, const pyb::object& dtype,
                            const std::vector<int64_t>& shape) {
   auto* keep = new Bytes(bytes);
   pyb::capsule base(keep, [](void* p) { delete static_cast<Bytes*>(p); });
+  // Explicit strides: pybind11 2.10 computes default ones from the descriptor's elsize, read at
+  // NumPy 1's offset (0 under NumPy 2, whose layout moved it: a non-contiguous array).
   pyb::array flat(pyb::dtype::from_args(pyb::dtype("uint8")),
-                  {static_cast<pyb::ssize_t>(bytes.size())}, {}, bytes.data(), base);
+                  {static_cast<pyb::ssize_t>(bytes.size())}, {pyb::ssize_t{1}}, bytes.data(), base);
   return flat.attr("view")(dtype).attr("reshape")(pyb::cast(shape));
 }
 
