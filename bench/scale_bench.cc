@@ -229,7 +229,8 @@ void run_noop_round(benchmark::State& state, size_t n) {
 void run_sharded_round(benchmark::State& state, size_t n) {
   troupe::WorkerGroup& g = group_of(n);
   troupe::Array shards;
-  for (size_t i = 0; i < n; ++i) shards.push_back(troupe::Value(static_cast<int64_t>(i)));
+  shards.reserve(n);
+  for (size_t i = 0; i < n; ++i) shards.emplace_back(static_cast<int64_t>(i));
   troupe::Kwargs data = {{"x", troupe::Value(shards)}};
   troupe::ShardedCallOptions options;
   options.in_sharded_axes = {"dp"};

@@ -175,27 +175,27 @@ struct TimelineSummary {
 };
 
 struct WorkerOptions {
-  std::string class_name;
-  Kwargs args;            // constructor arguments, by name
-  size_t host = 0;        // index into Cluster::hosts()
-  std::string name;       // default "<class>-<n>"; unique within the cluster
-  std::vector<int> gpus;  // GPU ids of that host for CUDA_VISIBLE_DEVICES (may be shared)
-  int num_gpus = 0;       // or: this many GPUs not used by another worker, chosen by the agent
+  std::string class_name{};
+  Kwargs args{};            // constructor arguments, by name
+  size_t host = 0;          // index into Cluster::hosts()
+  std::string name{};       // default "<class>-<n>"; unique within the cluster
+  std::vector<int> gpus{};  // GPU ids of that host for CUDA_VISIBLE_DEVICES (may be shared)
+  int num_gpus = 0;         // or: this many GPUs not used by another worker, chosen by the agent
   // The worker's environment: the driver's as it is at this call (less launcher variables such
   // as SLURM_* and PMI_*, and troupe's own TROUPE_*), then `env` on top. With
   // inherit_driver_environment false, `env` is the whole environment (a WorkerGroup passes the
   // snapshot it took when it was created). It travels with the start request: the worker's agent
   // adds only troupe's own variables and CUDA_VISIBLE_DEVICES.
-  std::map<std::string, std::string> env;
+  std::map<std::string, std::string> env{};
   bool inherit_driver_environment = true;
-  std::vector<std::string> launch_wrapper;  // command prefix, e.g. {"valgrind", "-q"}
+  std::vector<std::string> launch_wrapper{};  // command prefix, e.g. {"valgrind", "-q"}
   // Ports reserved on the host (VirtualCluster) that this worker binds: the agent stops holding
   // them just before the worker starts.
-  std::vector<int> ports;
+  std::vector<int> ports{};
   bool log_to_driver = true;
   std::chrono::milliseconds start_timeout{60000};
   // The worker group and rank, named in errors (set by WorkerGroup).
-  std::string group;
+  std::string group{};
   int rank = -1;
   // On a standing cluster, the worker outlives this driver: neither its agent (when this
   // driver's connection closes) nor Cluster::shutdown stops it; Worker::stop (from any driver,

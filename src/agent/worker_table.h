@@ -119,7 +119,7 @@ class WorkerTable {
     std::string socket_path;
     std::string container;  // its id (containment.h)
     const void* owner = nullptr;
-    std::string tcp_endpoint;  // "tcp:HOST:PORT" it listens on, once ready
+    std::string tcp_endpoint{};  // "tcp:HOST:PORT" it listens on, once ready
   };
   struct Exit {
     std::string name;

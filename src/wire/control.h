@@ -96,7 +96,7 @@ struct StartWorkerReply {
   std::string unix_endpoint;
   std::string tcp_endpoint;
   std::vector<int> gpus;
-  std::string log_path;  // the worker's log file, on its host
+  std::string log_path{};  // the worker's log file, on its host
 
   bool operator==(const StartWorkerReply&) const = default;
   Value to_value() const;
@@ -309,10 +309,10 @@ struct WorkerExited {
   static constexpr const char* kEvent = "worker_exited";
   std::string name;
   int64_t pid = 0;
-  std::string status;  // described, e.g. "exit code 3"
-  std::optional<int> exit_code;
-  std::optional<int> signal;
-  std::vector<std::string> stderr_tail;
+  std::string status{};  // described, e.g. "exit code 3"
+  std::optional<int> exit_code{};
+  std::optional<int> signal{};
+  std::vector<std::string> stderr_tail{};
 
   bool operator==(const WorkerExited&) const = default;
   Value to_value() const;

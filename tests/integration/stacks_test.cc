@@ -115,7 +115,9 @@ TEST_F(HungGroup, TroupeStackNamesTheBlockedRankItsCallAndItsFrame) {
                  R"( \(group [^,]+, rank 1\) on host \S+, pid )" +
                  std::to_string(workers_[1].pid()) + R"(: running 'allreduce' for (\d+\.\d) s)")))
       << r.output;
-  if (!m.empty()) EXPECT_GE(std::stod(m[1]), 0.1) << one;
+  if (!m.empty()) {
+    EXPECT_GE(std::stod(m[1]), 0.1) << one;
+  }
   EXPECT_HAS(one, "--- native stacks ---");
   EXPECT_HAS(one, "fake_allreduce_wait");
   for (size_t i : {0u, 2u}) {
