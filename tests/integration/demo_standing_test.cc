@@ -66,8 +66,8 @@ TEST_P(DemoOnStandingCluster, RunsOnTheHostsItFindsAndSaysSo) {
   // Each dp shard of the batch [[1,2,3],[10,20,30]] reaches both tp ranks of its dp index.
   size_t six = 0, sixty = 0;
   for (const auto& l : lines) {
-    six += l.find("step-1 got batch sum 6") != std::string::npos;
-    sixty += l.find("step-1 got batch sum 60") != std::string::npos;
+    six += l.ends_with("step-1 got batch sum 6");
+    sixty += l.ends_with("step-1 got batch sum 60");
   }
   EXPECT_EQ(six, 2u) << demo.output;
   EXPECT_EQ(sixty, agents == 1 ? 0u : 2u) << demo.output;
