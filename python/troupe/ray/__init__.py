@@ -157,13 +157,19 @@ def _make_remote(target, options):
 
 def _refs_list(object_refs, what):
     single = isinstance(object_refs, ObjectRef)
+    if not single and not isinstance(object_refs, (list, tuple)):
+        err = ValueError if what == "get" else TypeError  # Ray's types
+        raise err(f"ray.{what}: expected an ObjectRef or a list of them, got "
+                  f"{type(object_refs).__name__}")
     refs = [object_refs] if single else list(object_refs)
     for r in refs:
         if isinstance(r, ObjectRefGenerator):
             raise TypeError(f"ray.{what}: iterate the ObjectRefGenerator to get its ObjectRefs")
         if not isinstance(r, ObjectRef):
-            raise TypeError(f"ray.{what}: expected an ObjectRef or a list of them, got "
-                            f"{type(r).__name__}")
+            # Ray's types: ValueError for get, TypeError for wait.
+            err = ValueError if what == "get" else TypeError
+            raise err(f"ray.{what}: expected an ObjectRef or a list of them, got "
+                      f"{type(r).__name__}")
     return single, refs
 
 
@@ -185,6 +191,8 @@ def wait(object_refs, *, num_returns=1, timeout=None, fetch_local=True):
         raise TypeError("wait() expected a list of ray.ObjectRef, got a single ray.ObjectRef")
     if len(set(refs)) != len(refs):
         raise ValueError("Wait requires a list of unique object refs.")
+    if not refs:
+        return [], []
     if num_returns <= 0 or num_returns > len(refs):
         raise ValueError(f"Invalid number of objects to return {num_returns} for {len(refs)} "
                          "refs")
@@ -311,3 +319,16 @@ __all__ = ["init", "shutdown", "is_initialized", "remote", "get", "wait", "put",
            "get_runtime_context", "method", "install", "cancel", "ObjectRef",
            "ObjectRefGenerator", "ActorHandle", "ActorClass", "RemoteFunction", "exceptions",
            "util"]
+
+
+def __getattr__(name):
+    # ray.cloudpickle: the cloudpickle troupe.ray itself serializes with (Debian's
+    # python3-cloudpickle), loaded on first use.
+    if name == "cloudpickle":
+        try:
+            import cloudpickle
+        except ImportError:
+            raise AttributeError("ray.cloudpickle: cloudpickle is not installed (Debian: "
+                                 "apt-get install python3-cloudpickle)") from None
+        return cloudpickle
+    raise AttributeError(f"module 'ray' (troupe.ray) has no attribute {name!r}")

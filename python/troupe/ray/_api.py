@@ -41,7 +41,10 @@ class DriverApi:
     def submit_task(self, spec, fn_name, options, args, kwargs):
         return self.rt.submit_task(spec, fn_name, options, args, kwargs)
 
-    def get(self, refs, timeout):
+    def get(self, refs, timeout, task_key=None):
+        if task_key is not None:
+            with self.rt.tasks.blocked(task_key, refs):
+                return self.get(refs, timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         out = []
         for r in refs:
@@ -51,8 +54,12 @@ class DriverApi:
             out.append(r._result(left))
         return out
 
-    def wait(self, refs, num_returns, timeout):
+    def wait(self, refs, num_returns, timeout, task_key=None):
         import threading
+
+        if task_key is not None and timeout != 0:
+            with self.rt.tasks.blocked(task_key, refs):
+                return self.wait(refs, num_returns, timeout)
 
         wake = threading.Event()
         for r in refs:
@@ -106,6 +113,21 @@ class DriverApi:
         self._pg_state(pg_id)
         self.rt.remove_pg(pg_id)
 
+    def get_pg(self, name):
+        with self.rt.lock:
+            for s in self.rt.pgs.values():
+                if s.name == name and not s.removed:
+                    return _pg(s)
+        raise ValueError(f"Failed to look up placement group with name: {name}")
+
+    def list_named_actors(self, all_namespaces):
+        with self.rt.lock:
+            alive = [(ns, name) for (ns, name), aid in self.rt.named.items()
+                     if aid in self.rt.actors and not getattr(self.rt.actors[aid], "dead", False)]
+        if all_namespaces:
+            return [{"name": name, "namespace": ns} for ns, name in alive]
+        return [name for ns, name in alive if ns == self.rt.namespace]
+
     def pg_table(self, pg_id):
         with self.rt.lock:
             if pg_id is not None:
@@ -156,6 +178,8 @@ class WorkerApi:
         def call(*args):
             if op in ("create_actor", "submit_task"):
                 args = _with_captured_group(op, args)
+            elif op in ("get", "wait") and _context.get("task_key") is not None:
+                args = args + (_context.get("task_key"),)  # a task: its CPU is freed meanwhile
             return _proxy.client().request(op, *args)
 
         return call

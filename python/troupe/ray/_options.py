@@ -146,13 +146,15 @@ def refusal(options, kind="actor"):
         if isinstance(mod, str) and "://" in mod:
             return (f"runtime_env py_modules entry {mod!r}: remote URIs are not supported by "
                     "troupe.ray; use a local directory or .py file")
-    # Task retries (the other helper implements them; edit here when they land).
-    for key in ("max_retries", "max_task_retries"):
-        if options.get(key) not in (None, 0):
-            return (f"{key}={options[key]!r}: troupe.ray does not retry tasks; catch the error "
-                    "and resubmit (or use max_restarts for actors)")
-    if options.get("retry_exceptions"):
-        return "retry_exceptions: troupe.ray does not retry tasks; catch the error and resubmit"
+    # Tasks are retried (max_retries, retry_exceptions); actor method calls are not.
+    if kind != "task":
+        if options.get("max_task_retries") not in (None, 0):
+            return (f"max_task_retries={options['max_task_retries']!r}: troupe.ray does not "
+                    "retry actor method calls; catch the error and call again (max_restarts "
+                    "restarts the actor)")
+        if options.get("retry_exceptions"):
+            return ("retry_exceptions: troupe.ray does not retry actor method calls; catch the "
+                    "error and call again")
     if options.get("num_returns") == "dynamic":
         return "num_returns='dynamic' is not supported by troupe.ray: use 'streaming'"
     return _strategy_refusal(options.get("scheduling_strategy"))

@@ -53,6 +53,16 @@ class Pool:
             self.avail[k] = self.avail.get(k, 0) - v
         return gpus
 
+    def take_over(self, request, gpus):
+        """Takes `request` back with its GPU ids `gpus` even when it leaves less than nothing
+        (a task back from a nested ray.get)."""
+        g = request.get("GPU", 0)
+        share = g if g < 1 else 1.0
+        for gid in gpus:
+            self.gpu_free[gid] -= share
+        for k, v in request.items():
+            self.avail[k] = self.avail.get(k, 0) - v
+
     def give(self, request, gpus):
         g = request.get("GPU", 0)
         share = g if g < 1 else 1.0

@@ -5,6 +5,7 @@ Threads: API calls come from any thread and take `lock` briefly; scheduling, res
 calls run on one dispatcher thread (post()); troupe's I/O threads only post() from callbacks.
 """
 
+import collections
 import os
 import queue
 import sys
@@ -92,7 +93,11 @@ class DriverRuntime:
         self.lifetime_decisions = []
         self.named = {}
         self.pgs = {}
-        self.pending = []
+        self.pending = []  # actor starts and placement groups waiting for resources
+        # Tasks whose arguments are ready, waiting for resources: one FIFO per queue_key()
+        # (same request, same strategy), so that scheduling costs O(1) amortised per task.
+        self.task_queues = {}
+        self._schedule_posted = False
         self.spread_next = 0
         self.tasks = _tasks.TaskPool(self)
         # SimpleQueue: its put is reentrant, so post() may run inside __del__ (ActorHandle)
@@ -120,9 +125,42 @@ class DriverRuntime:
             except Exception as e:  # noqa: BLE001 - a bug must not stop the dispatcher
                 print(f"troupe.ray: internal error on the dispatcher: {e!r}", file=sys.stderr)
 
-    def schedule(self):
-        """Places what waits for resources, oldest first, whatever fits now."""
+    def task_ready(self, task):
+        """Queues `task` (its arguments are ready) for resources (any thread)."""
         with self.lock:
+            key = task.queue_key()
+            q = self.task_queues.get(key)
+            if q is None:
+                q = self.task_queues[key] = collections.deque()
+            q.append(task)
+        self.post_schedule()
+
+    def post_schedule(self):
+        """Posts one schedule() (however many are asked for before it runs)."""
+        with self.lock:
+            if self._schedule_posted:
+                return
+            self._schedule_posted = True
+        self.post(self.schedule)
+
+    def schedule(self):
+        """Places what waits for resources, oldest first, whatever fits now: actor starts and
+        placement groups, then the head of each task queue while it fits."""
+        with self.lock:
+            self._schedule_posted = False
+            for key, q in list(self.task_queues.items()):
+                while q:
+                    task = q[0]
+                    try:
+                        placed = task.try_place(self)
+                    except Exception as e:  # noqa: BLE001 - e.g. a removed placement group
+                        placed = True
+                        task.fail(e)
+                    if not placed:
+                        break
+                    q.popleft()
+                if not q:
+                    del self.task_queues[key]
             for item in list(self.pending):
                 try:
                     placed = item.try_place(self) if hasattr(item, "try_place") else \
@@ -174,8 +212,8 @@ class DriverRuntime:
         if isinstance(strategy, NodeAffinitySchedulingStrategy):
             target = [n for n in live if n.node_id == strategy.node_id]
             if not target and not strategy.soft:
-                raise rex.RayError(f"NodeAffinitySchedulingStrategy: node {strategy.node_id} "
-                                   "is not alive")
+                raise rex.TaskUnschedulableError(
+                    f"NodeAffinitySchedulingStrategy: node {strategy.node_id} is not alive")
             order = target + ([n for n in live if n not in target] if strategy.soft else [])
         elif strategy == "SPREAD":
             k = self.spread_next % max(1, len(live))
@@ -212,7 +250,11 @@ class DriverRuntime:
             node = self.nodes[ni]
             gpus = node.pool.take(r)
             pg.bundles.append(_resources.Bundle(i, r, node, gpus))
-        pg.ready_cell.set_value(True)
+        from troupe.ray.util.placement_group import PlacementGroup
+
+        # ray.get(pg.ready()) is the group itself, as Ray's.
+        pg.ready_cell.set_value(PlacementGroup(pg.pg_id, [dict(r) for r in pg.requests],
+                                               pg.strategy, pg.name))
         return True
 
     def remove_pg(self, pg_id):
@@ -231,7 +273,7 @@ class DriverRuntime:
                 b.node.pool.give(b.request, b.gpus)
             pg.ready_cell.set_error(rex.PlacementGroupSchedulingError(
                 f"placement group {pg_id} was removed"))
-        self.post(self.schedule)
+        self.post_schedule()
 
     # -- actor lifetime (handles) ---------------------------------------------------------
     def handle_acquired(self, actor_id):
@@ -287,8 +329,8 @@ class DriverRuntime:
             return None
         if options.get("get_if_exists"):
             return existing
-        raise ValueError(f"The name {name} (namespace={ns}) is already taken by actor "
-                         f"{existing.actor_id}")
+        raise rex.ActorAlreadyExistsError(f"The name {name} (namespace={ns}) is already taken "
+                                          f"by actor {existing.actor_id}")
 
     def create_actor(self, spec, cls_name, methods, options, args, kwargs):
         name, ns = options.get("name"), options.get("namespace") or self.namespace
@@ -306,8 +348,9 @@ class DriverRuntime:
                     rec = _named.lookup(self, ns, name)
                     if rec is not None:
                         return _named.attach(self, rec)
-                raise ValueError(f"The name {name} (namespace={ns}) is already taken by an "
-                                 f"actor of another driver ({taken['host'] or 'starting'})")
+                raise rex.ActorAlreadyExistsError(
+                    f"The name {name} (namespace={ns}) is already taken by an actor of another "
+                    f"driver ({taken['host'] or 'starting'})")
         with self.lock:
             existing = None if self.standing else self._live_named(ns, name, options)
             if existing is not None:  # another thread's, meanwhile
@@ -316,7 +359,7 @@ class DriverRuntime:
             if name:
                 self.named[(ns, name)] = actor.actor_id
             self.pending.append(_ActorStart(actor))
-        self.post(self.schedule)
+        self.post_schedule()
         return actor
 
     def get_actor(self, name, namespace):

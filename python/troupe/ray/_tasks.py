@@ -57,7 +57,12 @@ class _Task:
         self.cell = None if self.streaming else _objects._Cell(_objects.decode_result,
                                                                self.error_of)
         self.stream = _PendingStream() if self.streaming else None
-        self.waiting_on = None
+        self.resolved = None  # (args, kwargs) with the ObjectRefs replaced, once resolved
+        # Ray's defaults: a task is retried 3 times when its worker dies, never for an
+        # exception it raises unless retry_exceptions says so (True, or exception types).
+        retries = options.get("max_retries")
+        self.retries_left = 3 if retries is None else int(retries)
+        self.retry_exceptions = options.get("retry_exceptions") or False
 
     def fail(self, error):
         if self.stream is not None:
@@ -65,26 +70,72 @@ class _Task:
         else:
             self.cell.set_error(error)
 
-    def try_place(self, runtime):
-        waiting = [r for r in _actors.top_level_refs(self.args, self.kwargs) if not r._done()]
-        if waiting:
-            if self.waiting_on is not waiting[0]:
-                self.waiting_on = waiting[0]
-                waiting[0]._cell.add_done_callback(lambda: runtime.post(runtime.schedule))
-            return False
-        try:
-            args, kwargs = _actors.resolve_refs(self.args, self.kwargs)
-        except Exception as e:  # noqa: BLE001 - a failed argument fails the task
-            self.fail(e)
+    def deps_ready(self, runtime):
+        """Whether every top-level ObjectRef argument is done; else calls runtime.task_ready
+        (self) once they are (a callback on the first one not done, then again)."""
+        waiting = next((r for r in _actors.top_level_refs(self.args, self.kwargs)
+                        if not r._done()), None)
+        if waiting is None:
             return True
+        self._runtime = runtime
+        waiting._cell.add_done_callback(lambda: runtime.post(self._deps_changed))
+        return False
+
+    def _deps_changed(self):
+        if self.deps_ready(self._runtime):
+            self._runtime.task_ready(self)
+
+    def queue_key(self):
+        """Tasks with equal keys need the same resources under the same strategy: when the
+        oldest of them does not fit, none of the others does."""
         from troupe.ray import _runtime
 
-        request = _runtime.request_of(self.options, actor=False)
-        alloc = runtime.allocate(request, self.options.get("scheduling_strategy"))
+        self.request = _runtime.request_of(self.options, actor=False)
+        s = self.options.get("scheduling_strategy")
+        if s is None or isinstance(s, str):
+            skey = s
+        elif hasattr(s, "placement_group"):
+            skey = ("pg", s.placement_group.id, s.placement_group_bundle_index)
+        elif hasattr(s, "node_id"):
+            skey = ("node", s.node_id, bool(s.soft))
+        else:
+            skey = ("id", id(s))
+        return (tuple(sorted(self.request.items())), skey)
+
+    def try_place(self, runtime):
+        if self.resolved is None:
+            try:
+                self.resolved = _actors.resolve_refs(self.args, self.kwargs)
+            except Exception as e:  # noqa: BLE001 - a failed argument fails the task
+                self.fail(e)
+                return True
+            self.args = self.kwargs = None
+        alloc = runtime.allocate(self.request, self.options.get("scheduling_strategy"))
         if alloc is None:
             return False
-        self.pool.run(self, alloc, request, args, kwargs)
+        self.pool.run(self, alloc, self.request, *self.resolved)
         return True
+
+    def should_retry(self, done):
+        """Whether the finished attempt `done` (a troupe.Future) is retried (-1 retries: no
+        limit, as Ray's)."""
+        if self.retries_left == 0 or self.streaming:
+            return False
+        try:
+            raw = done.result(0)
+        except troupe.TroupeError:
+            return True  # the worker died
+        if raw[0] != "err" or not self.retry_exceptions:
+            return False
+        if self.retry_exceptions is True:
+            return True
+        try:
+            import pickle
+
+            cause = pickle.loads(raw[1]) if raw[1] is not None else None
+        except Exception:  # noqa: BLE001
+            cause = None
+        return cause is not None and isinstance(cause, tuple(self.retry_exceptions))
 
 
 class TaskPool:
@@ -93,12 +144,15 @@ class TaskPool:
         self.idle = {}  # (node index, host class) -> [troupe.Worker]
         self.all = []
         self.count = 0
+        # Running tasks by key: [pool, request, gpus, blocked]; a task blocked in a nested
+        # ray.get / ray.wait gives its resources back meanwhile, as Ray's does.
+        self.running = {}
+        self._keys = iter(range(1, 1 << 62))
 
     def submit(self, spec, fn_name, options, args, kwargs):
         task = _Task(self, spec, fn_name, options, args, kwargs)
-        with self.runtime.lock:
-            self.runtime.pending.append(task)
-        self.runtime.post(self.runtime.schedule)
+        if task.deps_ready(self.runtime):
+            self.runtime.task_ready(task)
         if task.streaming:
             return _objects.ObjectRefGenerator(task.stream, task.error_of)
         return _actors._refs(task.cell, options.get("num_returns"))
@@ -129,7 +183,9 @@ class TaskPool:
         env = dict((task.options.get("runtime_env") or {}).get("env_vars") or {})
         if request.get("GPU", 0) > 0:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
-        ctx = {"gpu_ids": list(gpus), "env_vars": env,
+        key = next(self._keys)
+        self.running[key] = [pool, request, gpus, 0]
+        ctx = {"gpu_ids": list(gpus), "env_vars": env, "task_key": key,
                "placement_group": bundle and _pg_of(task.options),
                "bundle_index": bundle.index if bundle else -1}
         cls = _runtime.host_class("TaskHost",
@@ -139,7 +195,7 @@ class TaskPool:
             payload, buffers = _serial.dumps((args, kwargs))
             payload = _serial.inline(payload, buffers)
         except Exception as e:  # noqa: BLE001
-            pool.give(request, gpus)
+            self._release(key)
             task.fail(e)
             return
         if task.streaming:
@@ -147,16 +203,57 @@ class TaskPool:
             done = task.stream._stream.done()
         else:
             done = runner.call("run", task.spec, payload, buffers, ctx)
-            task.cell.bind(done)
 
         def finished():
             with self.runtime.lock:
-                pool.give(request, gpus)
+                self._release(key)
                 if runner.alive():
                     self.idle.setdefault((node.index, cls), []).append(runner)
+            if not task.streaming:
+                if task.should_retry(done):
+                    if task.retries_left > 0:
+                        task.retries_left -= 1
+                    self.runtime.task_ready(task)
+                else:
+                    task.resolved = None  # the task holds no argument (nor handle) past its end
+                    task.cell.bind(done)
             self.runtime.schedule()
 
         done.add_done_callback(lambda _f: self.runtime.post(finished))
+
+    def _release(self, key):
+        entry = self.running.pop(key, None)
+        if entry is not None and entry[3] == 0:
+            entry[0].give(entry[1], entry[2])
+
+    def blocked(self, key, refs):
+        """A context in which the running task `key` waits for `refs` (a nested ray.get or
+        ray.wait): its resources are free meanwhile, and taken back after (over the pool's
+        amount if need be, as Ray's raylet does)."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def scope():
+            with self.runtime.lock:
+                entry = self.running.get(key)
+                if entry is None or all(r._cell is not None and r._done() for r in refs):
+                    entry = None
+                else:
+                    entry[3] += 1
+                    if entry[3] == 1:
+                        entry[0].give(entry[1], entry[2])
+            if entry is not None:
+                self.runtime.post_schedule()
+            try:
+                yield
+            finally:
+                if entry is not None:
+                    with self.runtime.lock:
+                        entry[3] -= 1
+                        if entry[3] == 0:
+                            entry[0].take_over(entry[1], entry[2])
+
+        return scope()
 
     def stop_all(self):
         for w in self.all:

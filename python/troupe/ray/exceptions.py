@@ -41,7 +41,7 @@ class RayTaskError(RayError):
             err = cls.__new__(cls)
             RayTaskError.__init__(err, self.function_name, self.traceback_str, self.cause,
                                   pid=self.pid, ip=self.ip)
-            err.args = getattr(self.cause, "args", ())
+            err.args = (self.cause,)  # as Ray's: the cause itself, not its args
             return err
         except TypeError:  # final classes, layout conflicts
             return self
@@ -112,6 +112,21 @@ class NotSupportedError(RayError, NotImplementedError):
 class PlacementGroupSchedulingError(RayError, ValueError):
     """A placement group or scheduling strategy cannot be honoured (bad bundle index, removed
     group)."""
+
+
+class ActorAlreadyExistsError(ValueError, RayError):
+    """A named actor of that name already lives in the namespace (also a ValueError, as
+    Ray's)."""
+
+
+class TaskUnschedulableError(RayError):
+    """No node can ever run the task (a hard NodeAffinitySchedulingStrategy to a node that is
+    not alive)."""
+
+
+class ActorUnschedulableError(RayError):
+    """No node can ever host the actor (a hard NodeAffinitySchedulingStrategy to a node that
+    is not alive)."""
 
 
 class WorkerCrashedError(RayError):

@@ -1,8 +1,9 @@
 """``ray.util`` on troupe: placement groups, scheduling strategies, get_node_ip_address."""
 
 from troupe.ray.util.placement_group import (PlacementGroup, get_current_placement_group,
-                                             placement_group, placement_group_table,
-                                             remove_placement_group)
+                                             get_placement_group, placement_group,
+                                             placement_group_table, remove_placement_group)
+from troupe.ray.util.actor_pool import ActorPool
 from troupe.ray.util import scheduling_strategies
 
 
@@ -15,8 +16,20 @@ def get_node_ip_address():
     return _context.node_ip()
 
 
+def list_named_actors(all_namespaces=False):
+    """The names of the live named actors of this job's namespace (with all_namespaces, dicts
+    {"name", "namespace"} of every namespace's), as Ray's."""
+    from troupe.ray import _api
+
+    return _api.api().list_named_actors(bool(all_namespaces))
+
+
 def __getattr__(name):
-    if name in ("collective", "ActorPool", "queue", "multiprocessing", "dask", "joblib"):
+    if name == "queue":
+        import importlib
+
+        return importlib.import_module("troupe.ray.util.queue")
+    if name in ("collective", "multiprocessing", "dask", "joblib"):
         from troupe.ray.exceptions import NotSupportedError
 
         raise NotSupportedError(f"ray.util.{name} is not supported by troupe.ray (for "
@@ -26,4 +39,5 @@ def __getattr__(name):
 
 __all__ = ["PlacementGroup", "placement_group", "placement_group_table",
            "remove_placement_group", "get_current_placement_group", "get_node_ip_address",
+           "get_placement_group", "ActorPool", "list_named_actors",
            "scheduling_strategies"]

@@ -87,6 +87,13 @@ def placement_group_table(placement_group=None):
     return _api.api().pg_table(placement_group.id if placement_group is not None else None)
 
 
+def get_placement_group(placement_group_name):
+    """The live placement group named `placement_group_name` (ValueError when there is none)."""
+    from troupe.ray import _api
+
+    return _api.api().get_pg(placement_group_name)
+
+
 def get_current_placement_group():
     """The group this task or actor runs in, or None."""
     from troupe.ray import _context

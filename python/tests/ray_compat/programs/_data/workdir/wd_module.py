@@ -1,0 +1,5 @@
+VALUE = "from working_dir"
+
+
+def double(x):
+    return 2 * x

@@ -1,0 +1,26 @@
+# xfail: ray.kill(no_restart=False) does not restart the actor
+import ray
+
+ray.init(num_cpus=1)
+
+
+@ray.remote(max_restarts=1)
+class Revivable:
+    def __init__(self):
+        self.n = 0
+
+    def bump(self):
+        self.n += 1
+        return self.n
+
+
+r = Revivable.remote()
+print(ray.get([r.bump.remote(), r.bump.remote()]))
+ray.kill(r, no_restart=False)
+print("restarted with fresh state:", ray.get(r.bump.remote(), timeout=60))
+ray.kill(r, no_restart=True)
+try:
+    ray.get(r.bump.remote())
+except ray.exceptions.RayActorError as e:
+    print("no_restart=True ends it:", type(e).__name__)
+ray.shutdown()
