@@ -185,8 +185,8 @@ def test_unsupported_features_fail_at_once_naming_them(cluster):
         w.Counter.options(runtime_env={"pip": ["x"]}).remote()
     with pytest.raises(ValueError, match="frobnicate"):  # as Ray: at once
         w.square.options(frobnicate=1)
-    with pytest.raises(rex.NotSupportedError, match="max_retries"):  # at .remote()
-        w.square.options(max_retries=3).remote(1)
+    with pytest.raises(rex.NotSupportedError, match="max_task_retries"):  # at .remote()
+        w.Counter.options(max_task_retries=3).remote()
     with pytest.raises(rex.NotSupportedError, match="ray.cancel"):
         ray.cancel(w.square.remote(1))
     with pytest.raises(TypeError, match="remote"):

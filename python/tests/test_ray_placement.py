@@ -29,7 +29,7 @@ def _in_bundle(pg, i, **opts):
 
 def test_strict_spread_puts_each_bundle_on_its_own_node(cluster):
     pg = placement_group([{"CPU": 1, "GPU": 1}] * 2, strategy="STRICT_SPREAD", name="spread")
-    assert ray.get(pg.ready(), timeout=10) is True
+    assert ray.get(pg.ready(), timeout=10) == pg  # as Ray: the ready ref's value is the group
     assert pg.bundle_count == 2 and pg.bundle_specs == [{"CPU": 1, "GPU": 1}] * 2
     table = placement_group_table(pg)
     assert table["state"] == "CREATED" and table["strategy"] == "STRICT_SPREAD"
