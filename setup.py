@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 
-from setuptools import Extension, setup
+from setuptools import Extension, setup, find_packages
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -47,7 +47,7 @@ setup(
     name="troupe",
     version=version(),
     description="Drive groups of worker processes from one controller (C++ runtime, Python API)",
-    packages=["troupe"],
+    packages=find_packages("python", include=["troupe", "troupe.*"]),
     package_dir={"": "python"},
     ext_modules=[Extension("troupe._core", sources=[])],
     cmdclass={"build_ext": CMakeBuild},

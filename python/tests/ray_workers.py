@@ -230,3 +230,8 @@ class Inspector:
 
     def inspect(self, array):
         return int(array.sum()), bool(array.flags.writeable)
+
+
+# A class made by type() inside a module, as verl makes its FusedWorker: its __module__ is this
+# module, but no name here is "MadeByType", so troupe.ray has to send it by value.
+made_by_type = ray.remote(type("MadeByType", (), {"hello": lambda self: "made by type()"}))

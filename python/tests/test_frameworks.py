@@ -63,10 +63,6 @@ def test_verl_worker_group_on_ray(verl_on_ray):
     check_verl(verl_on_ray)
 
 
-@pytest.mark.xfail(reason="troupe.ray gaps (issue 30 part 3 report): no ray.experimental.state"
-                   ".api / ray._private.state; ActorClass lacks __ray_actor_class__, dir() of "
-                   "the class's methods and Ray's type name ActorClass(Cls); classes made by "
-                   "type() in a module are sent by a name that does not resolve", strict=False)
 def test_verl_worker_group_on_troupe_matches_ray(verl_on_ray):
     obs = run_driver("verl_worker_group.py", "troupe")
     check_verl(obs)

@@ -16,7 +16,7 @@ import time
 from troupe.ray import _api, _context, _runtime
 from troupe.ray import exceptions
 from troupe.ray._objects import ObjectRef, ObjectRefGenerator
-from troupe.ray.actor import ActorClass, ActorHandle, method
+from troupe.ray.actor import ActorClass, ActorHandle, make_actor_class, method
 from troupe.ray.remote_function import RemoteFunction
 
 DynamicObjectRefGenerator = ObjectRefGenerator
@@ -151,7 +151,7 @@ def remote(*args, **options):
 
 def _make_remote(target, options):
     if isinstance(target, type):
-        return ActorClass(target, options)
+        return make_actor_class(target, options)
     return RemoteFunction(target, options)
 
 
@@ -289,12 +289,17 @@ def get_runtime_context():
 
 def install():
     """Makes ``import ray`` (and ray.util, ray.util.placement_group,
-    ray.util.scheduling_strategies, ray.exceptions, ray.actor, ray._private.services) resolve to
+    ray.util.scheduling_strategies, ray.util.state, ray.exceptions, ray.actor,
+    ray.experimental.state.api, ray._private.services, ray._private.state) resolve to
     troupe.ray in this process and in the workers that troupe.ray starts afterwards."""
     import importlib
 
-    from troupe.ray import _private, actor, remote_function, util
+    from troupe.ray import _private, actor, experimental, remote_function, util
     from troupe.ray._private import services
+    from troupe.ray._private import state as private_state
+    from troupe.ray.experimental import state as experimental_state
+    from troupe.ray.experimental.state import api as state_api
+    from troupe.ray.util import state as util_state
 
     # ray.util.placement_group is both a function (an attribute of ray.util) and a module.
     placement_group = importlib.import_module("troupe.ray.util.placement_group")
@@ -304,7 +309,11 @@ def install():
                          "ray.util.placement_group": placement_group,
                          "ray.util.scheduling_strategies": scheduling_strategies,
                          "ray.actor": actor, "ray.remote_function": remote_function,
-                         "ray._private": _private, "ray._private.services": services}.items():
+                         "ray._private": _private, "ray._private.services": services,
+                         "ray._private.state": private_state, "ray.experimental": experimental,
+                         "ray.experimental.state": experimental_state,
+                         "ray.experimental.state.api": state_api,
+                         "ray.util.state": util_state}.items():
         sys.modules[name] = module
     rt = _runtime.current()
     if rt is not None:

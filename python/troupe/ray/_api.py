@@ -128,6 +128,34 @@ class DriverApi:
             return [{"name": name, "namespace": ns} for ns, name in alive]
         return [name for ns, name in alive if ns == self.rt.namespace]
 
+    def actor_info(self, actor_id):
+        """Ray's state-API record of one of this job's actors (state ALIVE, PENDING_CREATION,
+        RESTARTING or DEAD), or None for an actor id this driver did not create."""
+        actor = self.rt.actors.get(str(actor_id))
+        if actor is None:
+            return None
+        with actor.lock:
+            worker, dead, node = actor.worker, actor.dead, actor.node
+            if dead is not None:
+                state = "DEAD"
+            elif worker is None:
+                state = "RESTARTING" if actor.incarnation > 1 else "PENDING_CREATION"
+            else:
+                state = "ALIVE"
+        pid = getattr(worker, "pid", None)
+        return {"actor_id": actor.actor_id, "class_name": actor.cls_name.rsplit(".", 1)[-1],
+                "state": state, "name": actor.name or "",
+                "ray_namespace": actor.namespace or self.rt.namespace,
+                "node_id": getattr(node, "node_id", None),
+                "pid": pid() if callable(pid) else pid,
+                "num_restarts": max(actor.incarnation - 1, 0),
+                "death_cause": str(dead) if dead is not None else None}
+
+    def available_resources_per_node(self):
+        with self.rt.lock:
+            return {n.node_id: {k: v for k, v in n.pool.avail.items() if v > 1e-9}
+                    for n in self.rt.nodes if n.alive}
+
     def pg_table(self, pg_id):
         with self.rt.lock:
             if pg_id is not None:

@@ -32,7 +32,7 @@ from troupe.ray import exceptions as rex
 
 OPS = ("create_actor", "call_actor", "submit_task", "get", "wait", "put", "kill", "get_actor",
        "create_pg", "pg_ready", "remove_pg", "pg_table", "nodes", "cluster_resources",
-       "available_resources", "generator_next")
+       "available_resources", "generator_next", "actor_info", "available_resources_per_node")
 
 
 def _send(sock, obj):

@@ -1,8 +1,10 @@
 """Ray actors on troupe: ActorClass (a class under @ray.remote), ActorHandle and ActorMethod."""
 
+import importlib
 import inspect
+import sys
 
-from troupe.ray import _options
+from troupe.ray import _ids, _options
 from troupe.ray.exceptions import NotSupportedError
 
 
@@ -11,11 +13,45 @@ def definition_spec(obj):
     by value when it lives in __main__ or in a function body."""
     module = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", "")
-    if module in (None, "__main__") or "<locals>" in qualname:
+    if module in (None, "__main__") or "<locals>" in qualname or _resolve(module, qualname) is not obj:
         from troupe.ray import _serial
 
         return ("value", _serial.inline(_serial.dumps_by_value(obj)))
     return ("ref", module, qualname)
+
+
+def _resolve(module, qualname):
+    """What `module`.`qualname` names now, or None: a class made by type() inside a module (its
+    __module__ is that module's, but no name there refers to it) is sent by value."""
+    try:
+        target = sys.modules.get(module) or importlib.import_module(module)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        return target
+    except Exception:  # noqa: BLE001 - any failure to resolve means: send it by value
+        return None
+
+
+def make_actor_class(cls, options):
+    """What @ray.remote makes of class `cls`: as in Ray, an instance of a class named
+    "ActorClass(<cls name>)" that derives from ActorClass and from `cls` (so class attributes,
+    dir() and __ray_actor_class__, the original class, read as on Ray's). A class that cannot
+    be derived from (a conflicting metaclass or layout, abstract methods) gets a plain
+    ActorClass, which still reads its attributes through __getattr__."""
+    name = f"ActorClass({cls.__name__})"
+    try:
+        derived = type(cls)(name, (ActorClass, cls), {"__module__": cls.__module__,
+                                                      "__qualname__": name,
+                                                      "__ray_actor_class__": cls})
+        self = object.__new__(derived)
+    except Exception:  # noqa: BLE001 - fall back to the plain wrapper
+        self = object.__new__(ActorClass)
+    ActorClass.__init__(self, cls, options)
+    return self
+
+
+def _rebuild_actor_class(cls, options):
+    return make_actor_class(cls, options)
 
 
 def method_table(cls):
@@ -57,6 +93,9 @@ class ActorClass:
         if name.startswith("__") or name == "_troupe_ray_target":
             raise AttributeError(name)
         return getattr(self.__dict__["_troupe_ray_target"], name)
+
+    def __reduce__(self):
+        return (_rebuild_actor_class, (self._troupe_ray_target, self._default_options))
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actors cannot be instantiated directly. Instead of "
@@ -150,7 +189,7 @@ class ActorHandle:
     def __init__(self, actor_id, methods, cls_name):
         from troupe.ray import _runtime
 
-        self._actor_id = actor_id
+        self._actor_id = _ids.ActorID(actor_id)
         self._methods = dict(methods)
         self._cls_name = cls_name
         # Counted by the driver's runtime (not inside a worker): the driver's last handle ends
@@ -173,7 +212,7 @@ class ActorHandle:
         return ActorMethod(self, name, entry[2], None, entry[3] if len(entry) > 3 else None)
 
     def _actor_id_hex(self):
-        return self._actor_id
+        return self._actor_id.hex()
 
     def __repr__(self):
         return f"Actor({self._cls_name.rsplit('.', 1)[-1]}, {self._actor_id})"
@@ -187,7 +226,7 @@ class ActorHandle:
     def __reduce__(self):
         if self._runtime is not None:
             self._runtime.handle_escaped(self._actor_id)
-        return (ActorHandle, (self._actor_id, self._methods, self._cls_name))
+        return (ActorHandle, (str(self._actor_id), self._methods, self._cls_name))
 
 
 def method(num_returns=None, concurrency_group=None, **options):

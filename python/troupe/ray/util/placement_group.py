@@ -1,6 +1,7 @@
 """Ray's placement groups (``ray.util.placement_group``): bundles of resources reserved on the
 nodes, all or nothing, with PACK, SPREAD, STRICT_PACK or STRICT_SPREAD."""
 
+from troupe.ray import _ids
 from troupe.ray import exceptions as rex
 
 STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -11,7 +12,7 @@ class PlacementGroup:
     reserved; ``wait(timeout)`` blocks for it. Picklable (it can be passed to actors)."""
 
     def __init__(self, pg_id, bundles, strategy="PACK", name=""):
-        self.id = pg_id
+        self.id = _ids.PlacementGroupID(pg_id)
         self._bundles = bundles
         self.strategy = strategy
         self.name = name

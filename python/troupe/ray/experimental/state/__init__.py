@@ -1,0 +1,1 @@
+"""``ray.experimental.state``, Ray's older path of ``ray.util.state``."""
