@@ -235,3 +235,29 @@ class Inspector:
 # A class made by type() inside a module, as verl makes its FusedWorker: its __module__ is this
 # module, but no name here is "MadeByType", so troupe.ray has to send it by value.
 made_by_type = ray.remote(type("MadeByType", (), {"hello": lambda self: "made by type()"}))
+
+
+@ray.remote
+def put_and_drop(n, elements):
+    """Puts `n` arrays of `elements` int64 from inside the task, reads each back and drops it."""
+    import numpy as np
+
+    for i in range(n):
+        ref = ray.put(np.full(elements, i, dtype=np.int64))
+        assert int(ray.get(ref)[0]) == i
+        del ref
+    return n
+
+
+@ray.remote
+def put_and_return(elements, value):
+    """A ref made inside the task, returned to the caller inside a list."""
+    import numpy as np
+
+    return [ray.put(np.full(elements, value, dtype=np.int64))]
+
+
+@ray.remote
+class Threaded:
+    def small_value(self):
+        return b"ok"

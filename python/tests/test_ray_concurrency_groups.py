@@ -51,3 +51,13 @@ def test_unknown_groups_are_refused(cluster):
     with pytest.raises(ValueError, match="sizes >= 1"):
         w.Grouped.options(concurrency_groups={"io": 0, "compute": 1}).remote()
     ray.kill(a)
+
+
+def test_a_threaded_actor_answers_a_long_burst_of_calls(cluster):
+    # 60,000 calls to a threaded actor whose replies carry bytes: the worker's method threads
+    # reply (holding the GIL) while its I/O thread releases written replies' Python buffers
+    # (taking the GIL); before the transport released them outside its write lock, this
+    # deadlocked within a few thousand calls.
+    a = w.Threaded.options(max_concurrency=2).remote()
+    for _ in range(60):
+        assert ray.get([a.small_value.remote() for _ in range(1000)], timeout=60) == [b"ok"] * 1000

@@ -59,6 +59,25 @@ def test_a_large_put_is_one_store_object_for_every_call(cluster):
     ray.kill(remote)
 
 
+def test_puts_a_task_drops_are_freed(cluster):
+    # A worker's ray.put is the driver's object, leased to the worker: once the worker drops
+    # its ref the driver forgets it (given back with the worker's next API call), so a task
+    # that puts and drops 20 arrays of 8 MiB leaves at most the last one behind.
+    before = _objects(0)
+    assert ray.get(w.put_and_drop.remote(20, N), timeout=120) == 20
+    assert _objects(0) <= before + 1
+    assert ray.get(w.put_and_drop.remote(20, N), timeout=120) == 20
+    assert _objects(0) <= before + 1
+
+
+def test_a_ref_a_task_returns_outlives_the_task(cluster):
+    # Pickled into the task's result, the worker's ref escaped: it is never given back.
+    inner = ray.get(w.put_and_return.remote(N, 7), timeout=60)[0]
+    assert ray.get(w.put_and_drop.remote(2, N), timeout=120) == 2  # the worker calls again
+    value = ray.get(inner, timeout=60)
+    assert value.shape == (N,) and int(value[0]) == 7 and int(value[-1]) == 7
+
+
 def test_a_small_put_travels_inline(cluster):
     before = _objects(0)
     ref = ray.put(np.arange(10))

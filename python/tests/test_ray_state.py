@@ -79,3 +79,24 @@ def test_state_api_get_actor_follows_the_actor(cluster):
         assert time.monotonic() < deadline, state_api.get_actor(c._actor_id.hex())
         time.sleep(0.05)
     assert state_api.get_actor("ffffffffffffffff") is None
+    assert state_api.get_actor(c._actor_id.hex()).state == "DEAD"  # Ray's records: attributes too
+
+
+def test_list_actors_with_rays_filters(cluster):
+    a = w.Counter.options(name="listed-a").remote()
+    b = w.Counter.options(name="listed-b").remote()
+    ray.get([a.get.remote(), b.get.remote()])
+    ray.kill(b)
+    deadline = time.monotonic() + 30
+    while state_api.get_actor(b._actor_id.hex())["state"] != "DEAD":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    names = {r.name: r.state for r in state_api.list_actors()}
+    assert names["listed-a"] == "ALIVE" and names["listed-b"] == "DEAD"
+    alive = state_api.list_actors(filters=[("state", "=", "ALIVE")])
+    assert "listed-a" in {r["name"] for r in alive} and "listed-b" not in {r["name"] for r in alive}
+    assert [r.name for r in state_api.list_actors(filters=[("name", "=", "listed-b")])] == [
+        "listed-b"]
+    assert len(state_api.list_actors(limit=1)) == 1
+    with pytest.raises(ValueError, match="not an actor state column"):
+        state_api.list_actors(filters=[("colour", "=", "red")])

@@ -284,6 +284,7 @@ void Connection::deliver() {
 }
 
 void Connection::fail(const Error& reason) {
+  std::deque<PendingWrite> unsent;
   {
     // Under write_mu_: send() on another thread must not write to the descriptor while it is
     // being closed, or after its number was reused by another socket.
@@ -291,8 +292,9 @@ void Connection::fail(const Error& reason) {
     closed_ = true;
     asio::error_code ec;
     socket_.close(ec);
-    queue_.clear();
+    unsent.swap(queue_);  // destroyed below, after write_mu_ is released
   }
+  unsent.clear();
   stall_timer_.cancel();
   if (close_reported_) return;
   close_reported_ = true;
@@ -383,6 +385,10 @@ bool Connection::send(wire::FrameKind kind, uint64_t request_id, std::string bod
 }
 
 void Connection::flush_queue() {
+  // Frames written are destroyed after write_mu_ is released (declared before the lock):
+  // an attachment's release may take another lock (a Python buffer's takes the GIL), which a
+  // thread holding it and waiting in send() for write_mu_ would never give up.
+  std::vector<PendingWrite> written;
   std::unique_lock<std::mutex> lock(write_mu_);
   while (!queue_.empty() && !closed_) {
     PendingWrite& w = queue_.front();
@@ -408,9 +414,11 @@ void Connection::flush_queue() {
       });
       return;
     }
+    written.push_back(std::move(w));
     queue_.pop_front();
   }
   flushing_ = false;
+  lock.unlock();
 }
 
 }  // namespace troupe::transport

@@ -104,6 +104,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint64_t stall_checks_passed() const { return stall_checks_passed_.load(); }
 
  private:
+  // A frame queued for writing. Its attachments are never destroyed under write_mu_ (their
+  // release may take other locks: a Python buffer's takes the GIL).
   struct PendingWrite {
     std::string prefix;
     std::string body;

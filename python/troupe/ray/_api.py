@@ -3,6 +3,7 @@ driver's runtime does them) and WorkerApi (inside a worker: each goes to the dri
 control socket, troupe.ray._proxy). Both take and return ObjectRefs, ActorHandles and
 PlacementGroups."""
 
+import itertools
 import time
 
 from troupe.ray import _context, _objects, _proxy, _runtime
@@ -61,22 +62,29 @@ class DriverApi:
             with self.rt.tasks.blocked(task_key, refs):
                 return self.wait(refs, num_returns, timeout)
 
-        wake = threading.Event()
         for r in refs:
             if r._cell is None:
                 raise rex.ObjectLostError(r.hex(), f"object {r.hex()} is unknown to this driver")
-            r._cell.add_done_callback(wake.set)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            ready = [r for r in refs if r._done()]
-            if len(ready) >= num_returns:
-                ready = ready[:num_returns]
-                break
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                break
-            wake.wait(left)
-            wake.clear()
+        ready = _first_done(refs, num_returns)
+        if len(ready) < num_returns and timeout != 0:
+            wake = threading.Event()
+            pending = [r for r in refs if not r._done()]
+            deadline = None if timeout is None else time.monotonic() + timeout
+            try:
+                for r in pending:
+                    r._cell.add_waiter(wake)
+                while True:
+                    ready = _first_done(refs, num_returns)
+                    if len(ready) >= num_returns:
+                        break
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        break
+                    wake.wait(left)
+                    wake.clear()
+            finally:
+                for r in pending:
+                    r._cell.remove_waiter(wake)
         chosen = set(map(id, ready))
         return ready, [r for r in refs if id(r) not in chosen]
 
@@ -151,6 +159,10 @@ class DriverApi:
                 "num_restarts": max(actor.incarnation - 1, 0),
                 "death_cause": str(dead) if dead is not None else None}
 
+    def list_actor_infos(self):
+        """actor_info of every actor this driver created, in creation order (dead ones too)."""
+        return [self.actor_info(a) for a in list(self.rt.actors)]
+
     def available_resources_per_node(self):
         with self.rt.lock:
             return {n.node_id: {k: v for k, v in n.pool.avail.items() if v > 1e-9}
@@ -178,6 +190,11 @@ class DriverApi:
         with self.rt.lock:
             out = _sum(n.pool.avail for n in self.rt.nodes if n.alive)
         return {k: v for k, v in out.items() if v > 1e-9}
+
+
+def _first_done(refs, n):
+    """The first `n` refs of `refs` that are done, in list order (fewer if fewer are)."""
+    return list(itertools.islice((r for r in refs if r._done()), n))
 
 
 def _sum(dicts):
@@ -208,6 +225,11 @@ class WorkerApi:
                 args = _with_captured_group(op, args)
             elif op in ("get", "wait") and _context.get("task_key") is not None:
                 args = args + (_context.get("task_key"),)  # a task: its CPU is freed meanwhile
+            if op == "wait":  # answered with the indices of the ready refs
+                refs = args[0]
+                ready = set(_proxy.client().request(op, *args))
+                return ([r for i, r in enumerate(refs) if i in ready],
+                        [r for i, r in enumerate(refs) if i not in ready])
             return _proxy.client().request(op, *args)
 
         return call

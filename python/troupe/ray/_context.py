@@ -2,6 +2,7 @@
 actor id, job id, GPU ids and the driver's control socket). A worker's context comes from
 troupe.ray._host at start-up; a task's adds to it while the task runs."""
 
+import collections
 import contextlib
 import os
 import threading
@@ -50,3 +51,24 @@ def task_scope(task_context):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+# Leased refs (see troupe.ray._runtime.leasing): a worker's copy of a ref the driver made for it
+# gives it back once dropped, unless it was pickled to go anywhere but an API call to the driver.
+released_leases = collections.deque()  # keys to give back; appended from __del__, any thread
+_sending = threading.local()
+
+
+@contextlib.contextmanager
+def sending_to_driver():
+    """Within: this thread pickles an API request to the driver (refs in it are resolved there
+    before the call returns, so pickling them does not make them escape)."""
+    _sending.on = True
+    try:
+        yield
+    finally:
+        _sending.on = False
+
+
+def is_sending_to_driver():
+    return getattr(_sending, "on", False)

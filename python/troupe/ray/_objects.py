@@ -12,7 +12,7 @@ import threading
 import time
 
 import troupe
-from troupe.ray import _serial
+from troupe.ray import _context, _serial
 from troupe.ray import exceptions as rex
 
 _ids = itertools.count(1)
@@ -28,7 +28,7 @@ class _Cell:
     result into the value (or raises); `error_of(troupe_error)` maps the future's failure."""
 
     __slots__ = ("_lock", "_bound", "_future", "_decode", "_error_of", "_state", "_value",
-                 "_callbacks")
+                 "_callbacks", "_waiters", "_hooked")
 
     def __init__(self, decode=None, error_of=None):
         self._lock = threading.Lock()
@@ -39,6 +39,8 @@ class _Cell:
         self._state = None  # None, "value", "error"
         self._value = None
         self._callbacks = []
+        self._waiters = None  # the Events of ray.wait calls waiting on this cell
+        self._hooked = False  # whether _wake_waiters is registered (once per cell)
 
     @classmethod
     def of_future(cls, future, decode, error_of):
@@ -49,6 +51,8 @@ class _Cell:
         c._future, c._decode, c._error_of = future, decode, error_of
         c._state = c._value = None
         c._callbacks = []
+        c._waiters = None
+        c._hooked = False
         return c
 
     @classmethod
@@ -109,6 +113,32 @@ class _Cell:
             fn()
         else:
             self._future.add_done_callback(lambda _f: fn())
+
+    def add_waiter(self, event):
+        """Sets `event` once this cell completes (at once if it has); remove_waiter(event) takes
+        it off. One callback per cell however many waits come and go, so a loop of ray.wait
+        over the same refs does not pile callbacks onto their futures."""
+        with self._lock:
+            if self._waiters is None:
+                self._waiters = set()
+            self._waiters.add(event)
+            hook = not self._hooked
+            self._hooked = True
+        if hook:
+            self.add_done_callback(self._wake_waiters)
+        elif self.done():
+            event.set()
+
+    def remove_waiter(self, event):
+        with self._lock:
+            if self._waiters is not None:
+                self._waiters.discard(event)
+
+    def _wake_waiters(self):
+        with self._lock:
+            waiters, self._waiters = self._waiters, None
+        for event in waiters or ():
+            event.set()
 
     def result(self, timeout=None):
         """The value; raises the error, or GetTimeoutError after `timeout` seconds."""
@@ -255,7 +285,28 @@ class ObjectRef:
     def __reduce__(self):
         from troupe.ray import _runtime
 
-        return (_runtime.restore_ref, (_runtime.export_ref(self),))
+        return _runtime.reduce_ref(self)
+
+
+class LeasedObjectRef(ObjectRef):
+    """A worker's copy of a ref the driver made for it (see troupe.ray._runtime.leasing): once
+    dropped it is given back to the driver with the worker's next API call, unless it was
+    pickled to go anywhere but an API call to the driver (a result, another process)."""
+
+    __slots__ = ("_escaped",)
+
+    def __init__(self, ref_id, cell=None, index=None, stored=None):
+        super().__init__(ref_id, cell, index, stored)
+        self._escaped = False
+
+    def __reduce__(self):
+        if not _context.is_sending_to_driver():
+            self._escaped = True
+        return super().__reduce__()
+
+    def __del__(self):
+        if not self._escaped:
+            _context.released_leases.append((self._id, self._index))
 
 
 class ObjectRefGenerator:

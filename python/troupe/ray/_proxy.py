@@ -13,8 +13,11 @@ their start-up context, never in their environment) before anything is unpickled
 A peer that fails or stalls (5 s) is closed without a byte of its unpickled; at most 64
 handshakes run at once (more are closed at once).
 
-Frames: 8-byte big-endian length + a pickle of (op, args) or ("ok", value) / ("err", exc).
-ObjectRefs, actor handles and placement groups cross by id (their __reduce__).
+Frames: 8-byte big-endian length + a pickle of (op, args, released) or ("ok", value) /
+("err", exc). ObjectRefs, actor handles and placement groups cross by id (their __reduce__).
+`released`: the keys of leased refs this worker dropped since its last request (the refs that
+put, submit_task and call_actor made for it are leased: troupe.ray._runtime.leasing). A wait
+is answered with the indices of the ready refs, so the worker keeps its own ref objects.
 """
 
 import errno
@@ -32,7 +35,10 @@ from troupe.ray import exceptions as rex
 
 OPS = ("create_actor", "call_actor", "submit_task", "get", "wait", "put", "kill", "get_actor",
        "create_pg", "pg_ready", "remove_pg", "pg_table", "nodes", "cluster_resources",
-       "available_resources", "generator_next", "actor_info", "available_resources_per_node")
+       "available_resources", "generator_next", "actor_info", "list_actor_infos",
+       "available_resources_per_node")
+# The ops whose reply carries refs made for the asking worker (leased to it).
+_LEASING_OPS = ("put", "submit_task", "call_actor")
 
 
 def _send(sock, obj):
@@ -140,7 +146,7 @@ class Server:
             return False
 
     def _serve(self, conn):
-        from troupe.ray import _api
+        from troupe.ray import _api, _runtime
 
         api = _api.driver_api()
         with conn:
@@ -152,15 +158,26 @@ class Server:
                     continue
                 if req is None:
                     return
-                op, args = req
+                op = None
                 try:
+                    op, args, released = req
+                    if released:
+                        _runtime.release_leases(released)
                     if op not in OPS:
                         raise rex.RaySystemError(f"unknown op {op!r}")
-                    out = ("ok", getattr(api, op)(*args))
+                    if op == "wait":
+                        ready = {id(r) for r in api.wait(*args)[0]}
+                        out = ("ok", [i for i, r in enumerate(args[0]) if id(r) in ready])
+                    else:
+                        out = ("ok", getattr(api, op)(*args))
                 except BaseException as e:  # noqa: BLE001 - sent back to the worker
                     out = ("err", e)
                 try:
-                    _send(conn, out)
+                    if op in _LEASING_OPS and out[0] == "ok":
+                        with _runtime.leasing():
+                            _send(conn, out)
+                    else:
+                        _send(conn, out)
                 except Exception as e:  # noqa: BLE001 - a value that does not pickle
                     _send(conn, ("err", rex.RaySystemError(f"cannot send the result: {e!r}")))
 
@@ -230,7 +247,14 @@ class Client:
 
     def request(self, op, *args):
         conn = self._conn()
-        _send(conn, (op, args))
+        released = []
+        try:
+            while True:
+                released.append(_context.released_leases.popleft())
+        except IndexError:  # drained (other threads drain it too)
+            pass
+        with _context.sending_to_driver():
+            _send(conn, (op, args, released))
         reply = _recv(conn)
         if reply is None:
             raise rex.RaySystemError("the driver closed the control connection")

@@ -6,6 +6,7 @@ calls run on one dispatcher thread (post()); troupe's I/O threads only post() fr
 """
 
 import collections
+import contextlib
 import os
 import queue
 import sys
@@ -29,17 +30,58 @@ def set_current(runtime):
     _driver = runtime
 
 
-def export_ref(ref):
-    """Makes `ref` reachable by id from workers (the driver keeps it until shutdown)."""
+_leasing = threading.local()
+
+
+@contextlib.contextmanager
+def leasing():
+    """Within: refs pickled on this thread that no worker has seen yet (the refs a worker's
+    put, task submission or actor call just made for it, in the reply) are leased, not pinned:
+    the worker's copy is a LeasedObjectRef, which gives the ref back (release_leases) once
+    dropped, unless it was pickled to go anywhere but an API call to the driver. Any other
+    export pins the ref in `exported` until shutdown."""
+    _leasing.on = True
+    try:
+        yield
+    finally:
+        _leasing.on = False
+
+
+def reduce_ref(ref):
+    """ObjectRef.__reduce__: the ref crosses by id; the driver keeps it reachable by that id."""
+    key = (ref._id, ref._index)
     if ref._cell is not None and _driver is not None:
-        _driver.exported[(ref._id, ref._index)] = ref
-    return (ref._id, ref._index)
+        with _driver.export_lock:
+            if getattr(_leasing, "on", False) and key not in _driver.exported:
+                _driver.exported[key] = ref
+                _driver.leased.add(key)
+                return (restore_leased_ref, (key,))
+            _driver.exported[key] = ref
+            _driver.leased.discard(key)
+    return (restore_ref, (key,))
+
+
+def release_leases(keys):
+    """The worker's copies of these leased refs are gone: forget them here (the driver's own
+    holders, if any, keep the objects alive). Keys pinned since are kept."""
+    with _driver.export_lock:
+        for key in keys:
+            key = tuple(key)
+            if key in _driver.leased:
+                _driver.leased.discard(key)
+                _driver.exported.pop(key, None)
 
 
 def restore_ref(key):
     if _driver is not None and key in _driver.exported:
         return _driver.exported[key]
     return _objects.ObjectRef(key[0], None, key[1])
+
+
+def restore_leased_ref(key):
+    if _driver is not None and key in _driver.exported:
+        return _driver.exported[key]
+    return _objects.LeasedObjectRef(key[0], None, key[1])
 
 
 def export_generator(gen):
@@ -86,7 +128,9 @@ class DriverRuntime:
                                       h["gpu_ids"], _resources.custom_of(
                                           h, custom_resources if h["index"] == 0 else None))
                       for h in cluster.hosts()]
-        self.exported = {}
+        self.exported = {}  # (ref id, index) -> ObjectRef: what workers can name
+        self.leased = set()  # keys of `exported` held only by one worker's copy (reduce_ref)
+        self.export_lock = threading.Lock()  # exported and leased; never held while pickling
         self.generators = {}  # ObjectRefGenerators passed to workers, by id
         self.actors = {}
         self.handles = {}  # actor id -> ActorHandles alive in this driver
