@@ -113,3 +113,37 @@ def test_a_worker_refuses_a_server_that_cannot_prove_the_secret(cluster):
         with pytest.raises(rex.RaySystemError, match="did not prove it is this job's driver"):
             client.request("nodes")
         t.join()
+
+
+def _request(conn, op, *args):
+    _proxy._send(conn, (op, args, []))
+    return _proxy._recv(conn)
+
+
+def test_malformed_frames_get_an_error_or_a_close_and_lose_nothing(cluster):
+    ref = ray.put(b"kept")
+    path = _server().path
+    # A well-formed frame whose pickle does not load: an error reply, the connection serves on.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        junk = b"\x80\x05junk"
+        conn.sendall(struct.pack(">QI", len(junk), 0) + junk)
+        status, err = _proxy._recv(conn)
+        assert status == "err" and "bad request" in str(err)
+        status, value = _request(conn, "cluster_resources")
+        assert status == "ok" and value["CPU"] == 4.0  # 2 nodes of 2 CPUs
+        # An unknown op: named in the error.
+        status, err = _request(conn, "frobnicate")
+        assert status == "err" and "frobnicate" in str(err)
+    # A header claiming more buffers than any frame may carry: that connection is closed.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        conn.sendall(struct.pack(">QI", 0, 0xFFFFFFFF))
+        conn.settimeout(30)
+        assert conn.recv(1) == b""  # closed, nothing sent
+    # The driver lost nothing: its objects and other connections are served as before.
+    assert ray.get(ref) == b"kept"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        status, value = _request(conn, "put", b"fresh")
+        assert status == "ok"

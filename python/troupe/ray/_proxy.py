@@ -13,8 +13,10 @@ their start-up context, never in their environment) before anything is unpickled
 A peer that fails or stalls (5 s) is closed without a byte of its unpickled; at most 64
 handshakes run at once (more are closed at once).
 
-Frames: 8-byte big-endian length + a pickle of (op, args, released) or ("ok", value) /
-("err", exc). ObjectRefs, actor handles and placement groups cross by id (their __reduce__).
+Frames: a header (8-byte big-endian pickle length, 4-byte buffer count, 8 bytes per buffer
+length), then a pickle (protocol 5) of (op, args, released) or ("ok", value) / ("err", exc),
+then its out-of-band buffers, unpickled in place (large arrays are not copied into the pickle).
+ObjectRefs, actor handles and placement groups cross by id (their __reduce__).
 `released`: the keys of leased refs this worker dropped since its last request (the refs that
 put, submit_task and call_actor made for it are leased: troupe.ray._runtime.leasing). A wait
 is answered with the indices of the ready refs, so the worker keeps its own ref objects.
@@ -24,7 +26,6 @@ import errno
 import hashlib
 import hmac
 import os
-import pickle
 import secrets
 import socket
 import struct
@@ -41,29 +42,52 @@ OPS = ("create_actor", "call_actor", "submit_task", "get", "wait", "put", "kill"
 _LEASING_OPS = ("put", "submit_task", "call_actor")
 
 
+_MAX_BUFFERS = 1 << 16
+
+
+class FrameError(ConnectionError):
+    """A frame that cannot be read (its header claims too much): the connection is closed."""
+
+
 def _send(sock, obj):
+    """One frame: (payload length, buffer count, each buffer's length) big-endian, the pickle,
+    then its out-of-band buffers as they are (a NumPy array is sent from its own memory)."""
     payload, buffers = _serial.dumps(obj)
-    if buffers:  # out-of-band buffers are inlined on this path
-        payload = pickle.dumps(_serial.loads(payload, buffers), protocol=5)
-    sock.sendall(struct.pack(">Q", len(payload)) + payload)
+    views = [memoryview(b).cast("B") for b in buffers]
+    sock.sendall(struct.pack(f">QI{len(views)}Q", len(payload), len(views),
+                             *(v.nbytes for v in views)) + payload)
+    for view in views:
+        sock.sendall(view)
 
 
 def _recv(sock):
-    head = _recv_exact(sock, 8)
+    """The value of the next frame; None at the end of the stream. Raises FrameError for a
+    header that claims too many buffers; a value that does not unpickle raises only once the
+    whole frame was read (the connection stays usable)."""
+    head = _recv_exact(sock, 12)
     if head is None:
         return None
-    return pickle.loads(_recv_exact(sock, struct.unpack(">Q", head)[0]))
+    size, count = struct.unpack(">QI", head)
+    if count > _MAX_BUFFERS:
+        raise FrameError(f"a frame of {count} buffers (at most {_MAX_BUFFERS})")
+    sizes = struct.unpack(f">{count}Q", _recv_exact(sock, 8 * count) or b"") if count else ()
+    payload = _recv_exact(sock, size)
+    buffers = [_recv_exact(sock, n) for n in sizes]
+    if payload is None or any(b is None for b in buffers):
+        return None
+    return _serial.loads(payload, buffers)
 
 
 def _recv_exact(sock, n):
-    chunks, got = [], 0
+    """`n` bytes (a bytearray, read straight into it), or None at the end of the stream."""
+    out = bytearray(n)
+    view, got = memoryview(out), 0
     while got < n:
-        chunk = sock.recv(min(n - got, 1 << 20))
-        if not chunk:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 24))
+        if not k:
             return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+        got += k
+    return out
 
 
 _NONCE = 32
@@ -153,6 +177,8 @@ class Server:
             while True:
                 try:
                     req = _recv(conn)
+                except (FrameError, OSError):
+                    return
                 except Exception as e:  # noqa: BLE001 - an argument that does not unpickle
                     _send(conn, ("err", rex.RaySystemError(f"bad request: {e!r}")))
                     continue
