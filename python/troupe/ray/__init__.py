@@ -156,20 +156,20 @@ def _make_remote(target, options):
 
 
 def _refs_list(object_refs, what):
+    def not_a_ref(obj):  # Ray's types: ValueError for get, TypeError for wait
+        err = ValueError if what == "get" else TypeError
+        return err(f"ray.{what}: expected an ObjectRef or a list of them, got "
+                   f"{type(obj).__name__}")
+
     single = isinstance(object_refs, ObjectRef)
     if not single and not isinstance(object_refs, (list, tuple)):
-        err = ValueError if what == "get" else TypeError  # Ray's types
-        raise err(f"ray.{what}: expected an ObjectRef or a list of them, got "
-                  f"{type(object_refs).__name__}")
+        raise not_a_ref(object_refs)
     refs = [object_refs] if single else list(object_refs)
     for r in refs:
         if isinstance(r, ObjectRefGenerator):
             raise TypeError(f"ray.{what}: iterate the ObjectRefGenerator to get its ObjectRefs")
         if not isinstance(r, ObjectRef):
-            # Ray's types: ValueError for get, TypeError for wait.
-            err = ValueError if what == "get" else TypeError
-            raise err(f"ray.{what}: expected an ObjectRef or a list of them, got "
-                      f"{type(r).__name__}")
+            raise not_a_ref(r)
     return single, refs
 
 

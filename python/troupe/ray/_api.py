@@ -16,13 +16,6 @@ def _handle(actor):
     return ActorHandle(actor.actor_id, actor.methods, actor.cls_name)
 
 
-def _pg(state):
-    from troupe.ray.util.placement_group import PlacementGroup
-
-    return PlacementGroup(state.pg_id, [dict(r) for r in state.requests], state.strategy,
-                          state.name)
-
-
 class DriverApi:
     def __init__(self, runtime):
         self.rt = runtime
@@ -106,7 +99,7 @@ class DriverApi:
         return gen._next(timeout)
 
     def create_pg(self, bundles, strategy, name):
-        return _pg(self.rt.create_pg(bundles, strategy, name))
+        return self.rt.create_pg(bundles, strategy, name).as_group()
 
     def _pg_state(self, pg_id):
         state = self.rt.pgs.get(pg_id)
@@ -125,13 +118,13 @@ class DriverApi:
         with self.rt.lock:
             for s in self.rt.pgs.values():
                 if s.name == name and not s.removed:
-                    return _pg(s)
+                    return s.as_group()
         raise ValueError(f"Failed to look up placement group with name: {name}")
 
     def list_named_actors(self, all_namespaces):
         with self.rt.lock:
             alive = [(ns, name) for (ns, name), aid in self.rt.named.items()
-                     if aid in self.rt.actors and not getattr(self.rt.actors[aid], "dead", False)]
+                     if aid in self.rt.actors and self.rt.actors[aid].dead is None]
         if all_namespaces:
             return [{"name": name, "namespace": ns} for ns, name in alive]
         return [name for ns, name in alive if ns == self.rt.namespace]
@@ -150,12 +143,11 @@ class DriverApi:
                 state = "RESTARTING" if actor.incarnation > 1 else "PENDING_CREATION"
             else:
                 state = "ALIVE"
-        pid = getattr(worker, "pid", None)
         return {"actor_id": actor.actor_id, "class_name": actor.cls_name.rsplit(".", 1)[-1],
                 "state": state, "name": actor.name or "",
                 "ray_namespace": actor.namespace or self.rt.namespace,
                 "node_id": getattr(node, "node_id", None),
-                "pid": pid() if callable(pid) else pid,
+                "pid": worker.pid if worker is not None else None,
                 "num_restarts": max(actor.incarnation - 1, 0),
                 "death_cause": str(dead) if dead is not None else None}
 

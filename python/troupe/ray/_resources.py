@@ -44,18 +44,13 @@ class Pool:
         when it does not fit (nothing taken)."""
         if not self.fits(request):
             return None
-        g = request.get("GPU", 0)
-        gpus = self._gpus_for(g)
-        share = g if g < 1 else 1.0
-        for gid in gpus:
-            self.gpu_free[gid] -= share
-        for k, v in request.items():
-            self.avail[k] = self.avail.get(k, 0) - v
+        gpus = self._gpus_for(request.get("GPU", 0))
+        self.take_over(request, gpus)
         return gpus
 
     def take_over(self, request, gpus):
-        """Takes `request` back with its GPU ids `gpus` even when it leaves less than nothing
-        (a task back from a nested ray.get)."""
+        """Takes `request` with its GPU ids `gpus`, even when it leaves less than nothing (a
+        task back from a nested ray.get)."""
         g = request.get("GPU", 0)
         share = g if g < 1 else 1.0
         for gid in gpus:

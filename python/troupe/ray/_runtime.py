@@ -111,6 +111,13 @@ class PlacementGroupState:
         self.ready_cell = _objects._Cell()
         self.removed = False
 
+    def as_group(self):
+        """The user's PlacementGroup of this state."""
+        from troupe.ray.util.placement_group import PlacementGroup
+
+        return PlacementGroup(self.pg_id, [dict(r) for r in self.requests], self.strategy,
+                              self.name)
+
 
 class DriverRuntime:
     def __init__(self, cluster, owned, namespace, runtime_env, install_as_ray, custom_resources,
@@ -294,11 +301,7 @@ class DriverRuntime:
             node = self.nodes[ni]
             gpus = node.pool.take(r)
             pg.bundles.append(_resources.Bundle(i, r, node, gpus))
-        from troupe.ray.util.placement_group import PlacementGroup
-
-        # ray.get(pg.ready()) is the group itself, as Ray's.
-        pg.ready_cell.set_value(PlacementGroup(pg.pg_id, [dict(r) for r in pg.requests],
-                                               pg.strategy, pg.name))
+        pg.ready_cell.set_value(pg.as_group())  # ray.get(pg.ready()) is the group, as Ray's
         return True
 
     def remove_pg(self, pg_id):

@@ -13,7 +13,7 @@ def definition_spec(obj):
     by value when it lives in __main__ or in a function body."""
     module = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", "")
-    if module in (None, "__main__") or "<locals>" in qualname or _resolve(module, qualname) is not obj:
+    if module in (None, "__main__") or _resolve(module, qualname) is not obj:
         from troupe.ray import _serial
 
         return ("value", _serial.inline(_serial.dumps_by_value(obj)))
@@ -21,8 +21,9 @@ def definition_spec(obj):
 
 
 def _resolve(module, qualname):
-    """What `module`.`qualname` names now, or None: a class made by type() inside a module (its
-    __module__ is that module's, but no name there refers to it) is sent by value."""
+    """What `module`.`qualname` names now, or None: a definition in a function body ("<locals>"
+    in its name), or a class made by type() inside a module (its __module__ is that module's,
+    but no name there refers to it), is sent by value."""
     try:
         target = sys.modules.get(module) or importlib.import_module(module)
         for part in qualname.split("."):
@@ -48,10 +49,6 @@ def make_actor_class(cls, options):
         self = object.__new__(ActorClass)
     ActorClass.__init__(self, cls, options)
     return self
-
-
-def _rebuild_actor_class(cls, options):
-    return make_actor_class(cls, options)
 
 
 def method_table(cls):
@@ -95,7 +92,7 @@ class ActorClass:
         return getattr(self.__dict__["_troupe_ray_target"], name)
 
     def __reduce__(self):
-        return (_rebuild_actor_class, (self._troupe_ray_target, self._default_options))
+        return (make_actor_class, (self._troupe_ray_target, self._default_options))
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actors cannot be instantiated directly. Instead of "

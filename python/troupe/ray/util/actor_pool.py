@@ -37,25 +37,21 @@ class ActorPool:
     def map(self, fn, values):
         """An iterator of the results of fn(actor, value) for each value, in order (results still
         pending from earlier submits are dropped first, as Ray's map does)."""
-        self._drain(False)
-        for v in values:
-            self.submit(fn, v)
-
-        def results():
-            while self.has_next():
-                yield self.get_next()
-
-        return results()
+        return self._map(fn, values, False)
 
     def map_unordered(self, fn, values):
         """As map(), in the order the results finish."""
-        self._drain(True)
+        return self._map(fn, values, True)
+
+    def _map(self, fn, values, unordered):
+        self._drain(unordered)
         for v in values:
             self.submit(fn, v)
+        next_result = self.get_next_unordered if unordered else self.get_next
 
         def results():
             while self.has_next():
-                yield self.get_next_unordered()
+                yield next_result()
 
         return results()
 
