@@ -1,14 +1,14 @@
-// The port book's accounting (port_book.h) against VirtualClusterOptions' default range: real
-// sockets, one PortBook per simulated host in this process, which claim ports machine-wide as
-// the agents of hosts simulated on one machine do.
-#include "agent/port_book.h"
-
+// VirtualClusterOptions' default port range (a controller option) against the agents' port book
+// (agent/port_book.h): real sockets, one PortBook per simulated host in this process, which
+// claim ports machine-wide as the agents of hosts simulated on one machine do. It lives with the
+// controller, which owns the default, so that no lower layer reads a controller header.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 #include <vector>
 
+#include "agent/port_book.h"
 #include "troupe/error.h"
 #include "troupe/virtual_cluster.h"
 
