@@ -79,7 +79,7 @@ def main():
     parser.add_argument("--actors", type=int, default=256)
     args = parser.parse_args()
     ray.init(log_to_driver=False)
-    cluster = ray._runtime.current().cluster  # the same embedded cluster for both sides
+    cluster = ray._current.runtime().cluster  # the same embedded cluster for both sides
     import ray_bench
 
     native = cluster.start_worker(ray_bench.Noop, name="native-rt")

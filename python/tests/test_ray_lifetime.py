@@ -10,7 +10,7 @@ import time
 import pytest
 
 from troupe import ray
-from troupe.ray import _runtime
+from troupe.ray import _current
 
 import ray_workers as w
 
@@ -26,7 +26,7 @@ def _decision(actor_id, timeout=30):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         gc.collect()
-        for aid, what in list(_runtime.current().lifetime_decisions):
+        for aid, what in list(_current.runtime().lifetime_decisions):
             if aid == actor_id:
                 return what
         time.sleep(0.01)

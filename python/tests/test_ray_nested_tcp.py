@@ -13,7 +13,7 @@ import time
 import pytest
 
 from troupe import ray
-from troupe.ray import _proxy, _runtime
+from troupe.ray import _current, _proxy
 from troupe.ray import exceptions as rex
 
 import ray_workers as w
@@ -27,7 +27,7 @@ def cluster():
 
 
 def _server():
-    return _runtime.current().server
+    return _current.runtime().server
 
 
 def _wait_rejected(before, timeout=30):

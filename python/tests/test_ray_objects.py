@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from troupe import ray
-from troupe.ray import _runtime
+from troupe.ray import _current
 from troupe.ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import ray_workers as w
@@ -28,7 +28,7 @@ def cluster():
 
 
 def _objects(host):
-    return _runtime.current().cluster.object_store_usage(host)["objects"]
+    return _current.runtime().cluster.object_store_usage(host)["objects"]
 
 
 def _on(node):

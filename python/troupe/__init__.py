@@ -24,7 +24,7 @@ arrays / tensors backed by the received buffer); anything else is pickled.
 """
 
 from troupe import _core
-from troupe._cluster import Cluster, NamedSharding, VirtualCluster, Worker, set_python_executable
+from troupe._cluster import Cluster, Worker, set_python_executable
 from troupe._errors import (
     ConnectionLostError,
     ConstructorFailedError,
@@ -46,6 +46,7 @@ from troupe._errors import (
 )
 from troupe._futures import Future, MultiWorkerFuture, Stream, gather
 from troupe._group import WorkerBuilder, WorkerGroup, WorkerGroupSlice
+from troupe._virtual_cluster import NamedSharding, VirtualCluster
 
 __version__ = _core.version()
 

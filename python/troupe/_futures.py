@@ -1,6 +1,7 @@
 """Futures: the results of calls, to wait on, gather or await."""
 
 import asyncio
+import time
 
 from troupe import _core
 
@@ -114,8 +115,6 @@ async def _await_done(f):
 def gather(futures, timeout=None):
     """Waits for every future (Future or MultiWorkerFuture) and returns their results in order.
     Raises the first error (in order); troupe.TimeoutError when `timeout` seconds pass first."""
-    import time
-
     deadline = None if timeout is None else time.monotonic() + timeout
     out = []
     for f in futures:

@@ -4,9 +4,10 @@ import importlib
 import sys
 
 from troupe import _core
-from troupe._cluster import NamedSharding, Worker, _encode_args, class_name_of
+from troupe._cluster import Worker, _encode_args, class_name_of
 from troupe._errors import InvalidArgumentError
 from troupe._futures import Future, MultiWorkerFuture, Stream
+from troupe._virtual_cluster import NamedSharding
 
 
 def _import_class(name):

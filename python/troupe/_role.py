@@ -6,23 +6,23 @@ TROUPE_ROLE=forkserver: a Python fork server (troupe._fork_server), whose forked
 here as workers.
 """
 
+import faulthandler
 import os
 import sys
+
+from troupe import _core
 
 
 def main():
     """Runs the role named by TROUPE_ROLE and exits the process with its code."""
-    from troupe import _core
-
     if os.environ.get("TROUPE_ROLE") == "forkserver":
-        from troupe import _fork_server
+        from troupe import _fork_server  # only the fork server's process loads it
 
         _fork_server.serve()  # returns only in a worker it forked, whose environment is its own
     if os.environ.get("TROUPE_ROLE") == "worker":
         _core.install_python_classes()
         dumps = _core.enable_stack_dumps()  # `troupe stack`: every thread's Python stack
         if dumps is not None:
-            import faulthandler
             fd, signum = dumps
             faulthandler.register(signum, file=fd, all_threads=True, chain=True)
     code = _core.run_role()

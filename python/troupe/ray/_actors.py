@@ -6,9 +6,9 @@ import collections
 import threading
 
 import troupe
-from troupe.ray import _objects, _serial
-from troupe.ray._host import is_plain
+from troupe.ray import _cells, _objects, _serial
 from troupe.ray import exceptions as rex
+from troupe.ray._serial import is_plain
 
 
 def top_level_refs(args, kwargs):
@@ -101,12 +101,10 @@ class ActorState:
             ready = (self.worker is not None and not self.queue and self.dead is None
                      and not any(not r._done() for r in top_level_refs(args, kwargs)))
             if streaming:
-                from troupe.ray._tasks import _PendingStream
-
-                cell = _PendingStream()
+                cell = _cells.PendingStream()
                 out = _objects.ObjectRefGenerator(cell, self.error_of)
             else:
-                cell = _objects._Cell(_objects.decode_result, self.error_of)
+                cell = _cells.Cell(_cells.decode_result, self.error_of)
                 out = _refs(cell, num_returns)
             if self.dead is not None:
                 cell.set_error(self.dead)
@@ -130,8 +128,8 @@ class ActorState:
             future = worker.call("call_async" if self.use_async_path else "call", method,
                                  list(args), kwargs, False)
             self._track(future)
-        return _objects.ObjectRef(_objects.new_id(), _objects._Cell.of_future(
-            future, _objects.decode_result, self.error_of))
+        return _objects.ObjectRef(_cells.new_id(), _cells.Cell.of_future(
+            future, _cells.decode_result, self.error_of))
 
     def _send(self, method, args, kwargs, cell):
         """Sends one call; `cell` is a _Cell, or a _PendingStream for a streaming call."""
@@ -148,7 +146,7 @@ class ActorState:
         except Exception as e:  # noqa: BLE001 - a failed argument fails this call
             cell.set_error(e)
             return
-        if not isinstance(cell, _objects._Cell):
+        if not isinstance(cell, _cells.Cell):
             self.escaped = True  # a stream's end is not tracked: never collected
             cell.bind(self.worker.stream("call_stream", method, a, b, pickled))
             return
@@ -233,8 +231,8 @@ class ActorState:
 def _refs(cell, num_returns):
     n = 1 if num_returns is None else num_returns
     if n == 1:
-        return _objects.ObjectRef(_objects.new_id(), cell)
-    ref_id = _objects.new_id()
+        return _objects.ObjectRef(_cells.new_id(), cell)
+    ref_id = _cells.new_id()
     if n == 0:
         return None
     return [_objects.ObjectRef(ref_id, cell, i) for i in range(n)]

@@ -4,15 +4,17 @@ control socket, troupe.ray._proxy). Both take and return ObjectRefs, ActorHandle
 PlacementGroups."""
 
 import itertools
+import threading
 import time
 
-from troupe.ray import _context, _objects, _proxy, _runtime
+from troupe.ray import _cells, _context, _objects, _proxy
 from troupe.ray import exceptions as rex
+from troupe.ray._handles import ActorHandle
+from troupe.ray._placement import PlacementGroup
+from troupe.ray._strategies import PlacementGroupSchedulingStrategy
 
 
 def _handle(actor):
-    from troupe.ray.actor import ActorHandle
-
     return ActorHandle(actor.actor_id, actor.methods, actor.cls_name)
 
 
@@ -49,8 +51,6 @@ class DriverApi:
         return out
 
     def wait(self, refs, num_returns, timeout, task_key=None):
-        import threading
-
         if task_key is not None and timeout != 0:
             with self.rt.tasks.blocked(task_key, refs):
                 return self.wait(refs, num_returns, timeout)
@@ -82,7 +82,7 @@ class DriverApi:
         return ready, [r for r in refs if id(r) not in chosen]
 
     def put(self, value):
-        return _objects.ObjectRef(_objects.new_id(), _objects._Cell.of_value(value),
+        return _objects.ObjectRef(_cells.new_id(), _cells.Cell.of_value(value),
                                   stored=_objects.StoredValue.of(self.rt.cluster, value))
 
     def kill(self, actor_id, no_restart):
@@ -237,29 +237,7 @@ def _with_captured_group(op, args):
     i = 3 if op == "create_actor" else 2
     options = dict(args[i])
     if options.get("scheduling_strategy") in (None, "DEFAULT"):
-        from troupe.ray.util.placement_group import PlacementGroup
-        from troupe.ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
         options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
             PlacementGroup(pg_id, [], "", ""), -1, True)
     args[i] = options
     return tuple(args)
-
-
-def driver_api():
-    rt = _runtime.current()
-    if rt is None:
-        raise rex.RaySystemError("troupe.ray is not initialized in this driver")
-    return DriverApi(rt)
-
-
-def api():
-    """The API of this process: the driver's (initializing it when needed, as Ray does), or a
-    worker's."""
-    if _context.in_worker():
-        return WorkerApi()
-    if _runtime.current() is None:
-        from troupe import ray
-
-        ray.init()
-    return DriverApi(_runtime.current())

@@ -15,7 +15,8 @@ import pickle
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from troupe.ray import _context, _serial
+from troupe.ray import _context, _runtime_env, _serial, install
+from troupe.ray._serial import is_plain
 
 
 def resolve_definition(spec):
@@ -42,15 +43,9 @@ def _error(fn_name, exc):
             os.getpid(), _context.node_ip())
 
 
-_PLAIN = (type(None), bool, int, float, str)
 # The process that imported this module: the host's Python fork server when ray.init's cluster
 # preloads it (then no actor or task worker imports troupe.ray again).
 IMPORTED_BY_PID = os.getpid()
-
-
-def is_plain(value):
-    """Whether troupe carries `value` natively (no pickling needed on either side)."""
-    return type(value) in _PLAIN
 
 
 def _ok(value):
@@ -87,12 +82,8 @@ def _stream(fn_name, fn, a, b, pickled):
 def _apply_startup(context):
     _context.set_worker_context(context)
     if context.get("runtime_env_setup"):  # working_dir / py_modules (troupe.ray._runtime_env)
-        from troupe.ray import _runtime_env
-
         _runtime_env.apply_in_worker(context["runtime_env_setup"])
     if context.get("install_as_ray"):
-        from troupe.ray import install
-
         install()
 
 
@@ -108,7 +99,8 @@ class ActorHost:
     `concurrency_groups` its own size; a call runs in the group named after "@" in its method
     name (``.options(concurrency_group=)``), else in its method's @ray.method group, else in
     the default one. A threaded actor has a thread pool per group (threads named
-    "ray-actor-GROUP", "ray-actor" for the default group), an async actor a semaphore per group on its one event loop."""
+    "ray-actor-GROUP", "ray-actor" for the default group), an async actor a semaphore per group
+    on its one event loop."""
 
     def __init__(self, spec, payload, buffers, context):
         _apply_startup(context)
@@ -191,7 +183,6 @@ class TaskHost:
         with _context.task_scope(task_context):
             fn = self._fn(spec)
             yield from _stream(getattr(fn, "__qualname__", "task"), fn, payload, buffers, True)
-
 
 
 def __getattr__(name):

@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-from troupe.ray import _actors
+from troupe.ray import _actors, _runtime_env
 
 # How long get_actor waits for a claimed name's actor to be placed and started.
 START_WAIT_S = 60.0
@@ -84,8 +84,6 @@ def lookup(rt, ns, name):
 
 def attach(rt, rec):
     """An ActorState over the running worker of `rec` (another driver's actor)."""
-    from troupe.ray import _runtime
-
     info = json.loads(rec["info"])
     methods = {k: tuple(v) for k, v in info["methods"].items()}
     options = {"name": rec["name"], "namespace": rec["ns"],
@@ -96,7 +94,7 @@ def attach(rt, rec):
                                (), {})
     actor.use_async_path = bool(info["use_async_path"])
     actor.attached = True
-    worker = rt.cluster.attach_worker(rec, _runtime.host_class("ActorHost", None))
+    worker = rt.cluster.attach_worker(rec, _runtime_env.host_class("ActorHost", None))
     with rt.lock:
         rt.actors[actor.actor_id] = actor
         rt.named[(rec["ns"], rec["name"])] = actor.actor_id

@@ -1,190 +1,23 @@
-"""ObjectRef: the future of a value (a call's result, a task's result, or a ray.put value).
+"""ObjectRef: the future of a value (a call's result, a task's result, or a ray.put value), and
+how refs and generators cross processes by id.
 
-A driver's ObjectRef has a _Cell: either bound to a troupe.Future (the call sent to a worker),
-or set directly (ray.put, a placement group's readiness, a call that failed before it was sent).
-A call waiting for its arguments or its actor has an unbound cell; get() waits for the binding.
-A worker's ObjectRef has only an id: its operations go to the driver (troupe.ray._proxy).
+A driver's ObjectRef has a Cell (troupe.ray._cells): either bound to a troupe.Future (the call
+sent to a worker), or set directly (ray.put, a placement group's readiness, a call that failed
+before it was sent). A call waiting for its arguments or its actor has an unbound cell; get()
+waits for the binding. A worker's ObjectRef has only an id: its operations go to the driver
+(troupe.ray._proxy), which keeps every ref it exported reachable by that id (reduce_ref).
 """
 
-import itertools
-import os
+import asyncio
+import concurrent.futures
+import contextlib
+import pickle
 import threading
-import time
 
 import troupe
-from troupe.ray import _context, _serial
+from troupe.ray import _cells, _context, _current, _serial
 from troupe.ray import exceptions as rex
-
-_ids = itertools.count(1)
-_PREFIX = os.urandom(8).hex()
-
-
-def new_id():
-    return f"{_PREFIX}{next(_ids):016x}"
-
-
-class _Cell:
-    """One result, completed once. Thread-safe. `decode(raw)` turns the bound future's raw
-    result into the value (or raises); `error_of(troupe_error)` maps the future's failure."""
-
-    __slots__ = ("_lock", "_bound", "_future", "_decode", "_error_of", "_state", "_value",
-                 "_callbacks", "_waiters", "_hooked")
-
-    def __init__(self, decode=None, error_of=None):
-        self._lock = threading.Lock()
-        self._bound = threading.Event()
-        self._future = None
-        self._decode = decode
-        self._error_of = error_of
-        self._state = None  # None, "value", "error"
-        self._value = None
-        self._callbacks = []
-        self._waiters = None  # the Events of ray.wait calls waiting on this cell
-        self._hooked = False  # whether _wake_waiters is registered (once per cell)
-
-    @classmethod
-    def of_future(cls, future, decode, error_of):
-        """A cell bound to `future` from the start (the fast path of an actor call)."""
-        c = cls.__new__(cls)
-        c._lock = threading.Lock()
-        c._bound = _ALWAYS
-        c._future, c._decode, c._error_of = future, decode, error_of
-        c._state = c._value = None
-        c._callbacks = []
-        c._waiters = None
-        c._hooked = False
-        return c
-
-    @classmethod
-    def of_value(cls, value):
-        c = cls()
-        c.set_value(value)
-        return c
-
-    def bind(self, future):
-        """Completes this cell with `future`'s outcome (a troupe.Future or troupe.Stream-free
-        object with result/wait/done/add_done_callback)."""
-        with self._lock:
-            self._future = future
-            callbacks, self._callbacks = self._callbacks, []
-        self._bound.set()
-        for fn in callbacks:
-            future.add_done_callback(lambda _f, fn=fn: fn())
-
-    def set_value(self, value):
-        self._complete("value", value)
-
-    def set_error(self, error):
-        self._complete("error", error)
-
-    def _complete(self, state, value):
-        with self._lock:
-            if self._bound.is_set():
-                return
-            self._state, self._value = state, value
-            callbacks, self._callbacks = self._callbacks, []
-        self._bound.set()
-        for fn in callbacks:
-            fn()
-
-    def done(self):
-        if not self._bound.is_set():
-            return False
-        return self._future is None or self._future.done()
-
-    def wait(self, timeout=None):
-        """Whether the cell completed within `timeout` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._bound.wait(timeout):
-            return False
-        if self._future is None:
-            return True
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self._future.wait(left)
-
-    def add_done_callback(self, fn):
-        """Calls fn() once complete (at once when it is; else on the thread that completes it:
-        keep it short)."""
-        with self._lock:
-            if not self._bound.is_set():
-                self._callbacks.append(fn)
-                return
-        if self._future is None:
-            fn()
-        else:
-            self._future.add_done_callback(lambda _f: fn())
-
-    def add_waiter(self, event):
-        """Sets `event` once this cell completes (at once if it has); remove_waiter(event) takes
-        it off. One callback per cell however many waits come and go, so a loop of ray.wait
-        over the same refs does not pile callbacks onto their futures."""
-        with self._lock:
-            if self._waiters is None:
-                self._waiters = set()
-            self._waiters.add(event)
-            hook = not self._hooked
-            self._hooked = True
-        if hook:
-            self.add_done_callback(self._wake_waiters)
-        elif self.done():
-            event.set()
-
-    def remove_waiter(self, event):
-        with self._lock:
-            if self._waiters is not None:
-                self._waiters.discard(event)
-
-    def _wake_waiters(self):
-        with self._lock:
-            waiters, self._waiters = self._waiters, None
-        for event in waiters or ():
-            event.set()
-
-    def result(self, timeout=None):
-        """The value; raises the error, or GetTimeoutError after `timeout` seconds."""
-        if not self.wait(timeout):
-            raise rex.GetTimeoutError(f"Get timed out: some object(s) not ready after {timeout} s")
-        if self._future is not None:
-            with self._lock:
-                if self._state is None:
-                    try:
-                        raw = self._future.result(0)
-                        self._state, self._value = "value", self._decode(raw)
-                    except troupe.TroupeError as e:
-                        self._state, self._value = "error", self._error_of(e)
-                    except Exception as e:  # noqa: BLE001 - decode() raised the task's error
-                        self._state, self._value = "error", e
-        if self._state == "error":
-            raise self._value
-        return self._value
-
-
-_ALWAYS = threading.Event()  # the binding event of cells bound when made
-_ALWAYS.set()
-
-
-def decode_result(raw):
-    """The value of a host's result tuple (troupe.ray._host); raises the task's error."""
-    if raw[0] == "ok":
-        return raw[1]
-    if raw[0] == "okp":
-        return _serial.loads(raw[1], raw[2])
-    _, pickled, type_name, message, tb, pid, ip = raw
-    cause = None
-    if pickled is not None:
-        try:
-            import pickle
-
-            cause = pickle.loads(pickled)
-        except Exception:  # noqa: BLE001
-            cause = None
-    if cause is None:
-        cause = rex.RaySystemError(f"{type_name}: {message}")
-    if isinstance(cause, rex.RayTaskError):  # raised by a nested ray.get: keep it
-        raise cause
-    err = rex.RayTaskError(type_name.rsplit(".", 1)[-1], tb, cause, pid=pid, ip=ip)
-    raise err.as_instanceof_cause() from None
-
+from troupe.ray._cells import new_id
 
 STORE_THRESHOLD = 1 << 20  # ray.put values from this many pickled bytes go to the store
 
@@ -202,18 +35,12 @@ class StoredValue:
     @classmethod
     def of(cls, cluster, value):
         """The StoredValue of `value`, or None when it is small (it then travels inline)."""
-        from troupe.ray import _serial
-
         payload, buffers = _serial.dumps(value)
         if len(payload) + sum(len(b) for b in buffers) < STORE_THRESHOLD:
             return None
         return cls(cluster, payload, buffers)
 
     def __reduce__(self):
-        import pickle
-
-        from troupe.ray import _serial
-
         payload = self.payload
         if not isinstance(payload, bytes):
             payload = pickle.PickleBuffer(payload)
@@ -247,8 +74,8 @@ class ObjectRef:
         return hash((self._id, self._index))
 
     def __eq__(self, other):
-        return isinstance(other, ObjectRef) and (self._id, self._index) == (other._id,
-                                                                               other._index)
+        return (isinstance(other, ObjectRef)
+                and (self._id, self._index) == (other._id, other._index))
 
     def _done(self):
         return self._cell.done()
@@ -264,8 +91,6 @@ class ObjectRef:
 
     def future(self):
         """A concurrent.futures.Future of the value."""
-        import concurrent.futures
-
         out = concurrent.futures.Future()
 
         def done():
@@ -278,18 +103,14 @@ class ObjectRef:
         return out
 
     def __await__(self):
-        import asyncio
-
         return asyncio.wrap_future(self.future()).__await__()
 
     def __reduce__(self):
-        from troupe.ray import _runtime
-
-        return _runtime.reduce_ref(self)
+        return reduce_ref(self)
 
 
 class LeasedObjectRef(ObjectRef):
-    """A worker's copy of a ref the driver made for it (see troupe.ray._runtime.leasing): once
+    """A worker's copy of a ref the driver made for it (see leasing below): once
     dropped it is given back to the driver with the worker's next API call, unless it was
     pickled to go anywhere but an API call to the driver (a result, another process)."""
 
@@ -336,21 +157,19 @@ class ObjectRefGenerator:
             raise rex.GetTimeoutError(f"no item within {timeout} s") from None
         except troupe.TroupeError as e:
             self._ended = True
-            cell = _Cell()
+            cell = _cells.Cell()
             cell.set_error(self._error_of(e))
             return ObjectRef(new_id(), cell)
-        cell = _Cell()
+        cell = _cells.Cell()
         try:
-            cell.set_value(decode_result(raw))
+            cell.set_value(_cells.decode_result(raw))
         except Exception as e:  # noqa: BLE001 - the generator raised: the last ref raises it
             self._ended = True
             cell.set_error(e)
         return ObjectRef(new_id(), cell)
 
     def __reduce__(self):
-        from troupe.ray import _runtime
-
-        return (_runtime.restore_generator, (_runtime.export_generator(self),))
+        return (restore_generator, (export_generator(self),))
 
 
 class RemoteObjectRefGenerator:
@@ -368,11 +187,85 @@ class RemoteObjectRefGenerator:
         return self._next(None)
 
     def _next(self, timeout):
-        from troupe.ray import _api
-
-        return _api.api().generator_next(self._gen_id, timeout)
+        return _current.api().generator_next(self._gen_id, timeout)
 
     def __reduce__(self):
-        from troupe.ray import _runtime
+        return (restore_generator, (self._gen_id,))
 
-        return (_runtime.restore_generator, (self._gen_id,))
+
+# -- crossing processes by id ---------------------------------------------------------------------
+_leasing = threading.local()
+
+
+@contextlib.contextmanager
+def leasing():
+    """Within: refs pickled on this thread that no worker has seen yet (the refs a worker's
+    put, task submission or actor call just made for it, in the reply) are leased, not pinned:
+    the worker's copy is a LeasedObjectRef, which gives the ref back (release_leases) once
+    dropped, unless it was pickled to go anywhere but an API call to the driver. Any other
+    export pins the ref in `exported` until shutdown."""
+    _leasing.on = True
+    try:
+        yield
+    finally:
+        _leasing.on = False
+
+
+def reduce_ref(ref):
+    """ObjectRef.__reduce__: the ref crosses by id; the driver keeps it reachable by that id."""
+    driver = _current.runtime()
+    key = (ref._id, ref._index)
+    if ref._cell is not None and driver is not None:
+        with driver.export_lock:
+            if getattr(_leasing, "on", False) and key not in driver.exported:
+                driver.exported[key] = ref
+                driver.leased.add(key)
+                return (restore_leased_ref, (key,))
+            driver.exported[key] = ref
+            driver.leased.discard(key)
+    return (restore_ref, (key,))
+
+
+def release_leases(keys):
+    """The worker's copies of these leased refs are gone: forget them here (the driver's own
+    holders, if any, keep the objects alive). Keys pinned since are kept."""
+    driver = _current.runtime()
+    with driver.export_lock:
+        for key in keys:
+            key = tuple(key)
+            if key in driver.leased:
+                driver.leased.discard(key)
+                driver.exported.pop(key, None)
+
+
+def restore_ref(key):
+    driver = _current.runtime()
+    if driver is not None and key in driver.exported:
+        return driver.exported[key]
+    return ObjectRef(key[0], None, key[1])
+
+
+def restore_leased_ref(key):
+    driver = _current.runtime()
+    if driver is not None and key in driver.exported:
+        return driver.exported[key]
+    return LeasedObjectRef(key[0], None, key[1])
+
+
+def export_generator(gen):
+    """Makes the ObjectRefGenerator `gen` reachable by id from workers (kept until shutdown)."""
+    driver = _current.runtime()
+    if driver is None:
+        raise rex.RaySystemError("an ObjectRefGenerator can only be exported by the driver")
+    gen_id = getattr(gen, "_export_id", None)
+    if gen_id is None:
+        gen_id = gen._export_id = new_id()
+        driver.generators[gen_id] = gen
+    return gen_id
+
+
+def restore_generator(gen_id):
+    driver = _current.runtime()
+    if driver is not None and gen_id in driver.generators:
+        return driver.generators[gen_id]
+    return RemoteObjectRefGenerator(gen_id)

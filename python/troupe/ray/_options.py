@@ -10,7 +10,10 @@
 
 import os
 
+from troupe.ray import _runtime_env
 from troupe.ray import exceptions as rex
+from troupe.ray._strategies import (NodeAffinitySchedulingStrategy,
+                                    PlacementGroupSchedulingStrategy)
 
 # The option names Ray 2.60 accepts (ray/_common/ray_option_utils.py), plus troupe's own.
 _RAY_COMMON = {"label_selector", "fallback_strategy", "accelerator_type", "memory", "name",
@@ -178,17 +181,12 @@ def check_init_runtime_env(runtime_env):
         return
     check({"runtime_env": runtime_env}, {"runtime_env"}, "ray.init")
     refuse({"runtime_env": runtime_env}, "job", "ray.init")
-    from troupe.ray import _runtime_env
-
     _runtime_env.validate_paths(runtime_env, "ray.init")
     if runtime_env.get("nsight", runtime_env.get("_nsight")):
         _runtime_env.check_nsys(runtime_env, "ray.init")
 
 
 def _strategy_refusal(strategy):
-    from troupe.ray.util.scheduling_strategies import (
-        NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy)
-
     if strategy is None or strategy in ("DEFAULT", "SPREAD"):
         return None
     if isinstance(strategy, (PlacementGroupSchedulingStrategy, NodeAffinitySchedulingStrategy)):

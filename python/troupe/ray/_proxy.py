@@ -18,7 +18,7 @@ length), then a pickle (protocol 5) of (op, args, released) or ("ok", value) / (
 then its out-of-band buffers, unpickled in place (large arrays are not copied into the pickle).
 ObjectRefs, actor handles and placement groups cross by id (their __reduce__).
 `released`: the keys of leased refs this worker dropped since its last request (the refs that
-put, submit_task and call_actor made for it are leased: troupe.ray._runtime.leasing). A wait
+put, submit_task and call_actor made for it are leased: troupe.ray._objects.leasing). A wait
 is answered with the indices of the ready refs, so the worker keeps its own ref objects.
 """
 
@@ -31,7 +31,7 @@ import socket
 import struct
 import threading
 
-from troupe.ray import _context, _serial
+from troupe.ray import _context, _objects, _serial
 from troupe.ray import exceptions as rex
 
 OPS = ("create_actor", "call_actor", "submit_task", "get", "wait", "put", "kill", "get_actor",
@@ -100,11 +100,12 @@ def _mac(secret, role, client_nonce, server_nonce):
 
 
 class Server:
-    """The driver side; `api` is troupe.ray._api.DriverApi (op -> method). `tcp_host`: the
-    address workers on other hosts reach this driver on (None: Unix socket only)."""
+    """The driver side; `api` serves the ops (troupe.ray._api.DriverApi: op -> method).
+    `tcp_host`: the address workers on other hosts reach this driver on (None: Unix socket
+    only)."""
 
-    def __init__(self, runtime, path, tcp_host=None):
-        self.runtime = runtime
+    def __init__(self, api, path, tcp_host=None):
+        self.api = api
         self.path = path
         self.secret = secrets.token_bytes(32)
         self.tcp_address = None
@@ -170,9 +171,7 @@ class Server:
             return False
 
     def _serve(self, conn):
-        from troupe.ray import _api, _runtime
-
-        api = _api.driver_api()
+        api = self.api
         with conn:
             while True:
                 try:
@@ -188,7 +187,7 @@ class Server:
                 try:
                     op, args, released = req
                     if released:
-                        _runtime.release_leases(released)
+                        _objects.release_leases(released)
                     if op not in OPS:
                         raise rex.RaySystemError(f"unknown op {op!r}")
                     if op == "wait":
@@ -200,7 +199,7 @@ class Server:
                     out = ("err", e)
                 try:
                     if op in _LEASING_OPS and out[0] == "ok":
-                        with _runtime.leasing():
+                        with _objects.leasing():
                             _send(conn, out)
                     else:
                         _send(conn, out)

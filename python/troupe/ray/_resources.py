@@ -180,3 +180,16 @@ def feasible_somewhere(nodes, request):
         if total.fits(request):
             return True
     return False
+
+
+def request_of(options, actor):
+    """The resources an actor (`actor`) or a task with these options asks for; an actor holds no
+    CPU unless it names num_cpus, a task one (as Ray's)."""
+    cpus = options.get("num_cpus")
+    out = {"CPU": float(cpus if cpus is not None else (0 if actor else 1)),
+           "GPU": float(options.get("num_gpus") or 0)}
+    if options.get("memory"):
+        out["memory"] = float(options["memory"])  # a logical resource, as Ray's
+    for k, v in (options.get("resources") or {}).items():
+        out[k] = float(v)
+    return out

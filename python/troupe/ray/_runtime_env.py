@@ -23,6 +23,7 @@ import shutil
 import sys
 import threading
 
+import troupe
 from troupe.ray import exceptions as rex
 
 # Ray's NSIGHT_DEFAULT_CONFIG (runtime_env={"nsight": "default"})
@@ -193,3 +194,17 @@ def apply_in_worker(setup):
             sys.path.insert(0, p)
     if setup.get("cwd"):
         os.chdir(setup["cwd"])
+
+
+def host_class(kind, py_executable):
+    """The troupe class name of a host kind (ActorHost, TaskHost); with a py_executable, an
+    alias of it mapped to that interpreter (troupe.set_python_executable)."""
+    name = f"troupe.ray._host.{kind}"
+    if not py_executable or py_executable == sys.executable:
+        return name
+    if not os.path.exists(py_executable):
+        raise rex.RuntimeEnvSetupError(f"runtime_env py_executable {py_executable!r} does not "
+                                       "exist")
+    alias = f"{name}__py_{hashlib.sha1(py_executable.encode()).hexdigest()[:12]}"
+    troupe.set_python_executable(alias, py_executable)
+    return alias

@@ -76,3 +76,11 @@ def dumps_by_value(obj):
         raise TypeError(f"{getattr(obj, '__qualname__', obj)} is defined in __main__: define it "
                         "in an importable module (or install cloudpickle)")
     return cloudpickle.dumps(obj)
+
+
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def is_plain(value):
+    """Whether troupe carries `value` natively (no pickling needed on either side)."""
+    return type(value) in _PLAIN

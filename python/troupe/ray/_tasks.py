@@ -2,10 +2,11 @@
 demand and reused; a task waits for its ObjectRef arguments and its resources, runs on an idle
 runner of its node (one task at a time per runner), then gives both back."""
 
-import threading
+import contextlib
+import pickle
 
 import troupe
-from troupe.ray import _actors, _objects, _serial
+from troupe.ray import _actors, _cells, _objects, _resources, _runtime_env, _serial
 from troupe.ray import exceptions as rex
 
 
@@ -18,35 +19,6 @@ def task_error_of(fn_name):
     return error_of
 
 
-class _PendingStream:
-    """A troupe.Stream that exists once the task is dispatched."""
-
-    def __init__(self):
-        self._bound = threading.Event()
-        self._stream = None
-        self._error = None
-
-    def bind(self, stream):
-        self._stream = stream
-        self._bound.set()
-
-    def fail(self, error):
-        self._error = error
-        self._bound.set()
-
-    set_error = fail
-
-    def next(self, timeout=None):
-        if not self._bound.wait(timeout):
-            raise troupe.TimeoutError(f"no item within {timeout} s")
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        if self._stream is None:
-            raise StopIteration
-        return self._stream.next(timeout)
-
-
 class _Task:
     def __init__(self, pool, spec, fn_name, options, args, kwargs):
         self.pool = pool
@@ -54,9 +26,9 @@ class _Task:
         self.args, self.kwargs = args, kwargs
         self.streaming = options.get("num_returns") == "streaming"
         self.error_of = task_error_of(fn_name)
-        self.cell = None if self.streaming else _objects._Cell(_objects.decode_result,
-                                                               self.error_of)
-        self.stream = _PendingStream() if self.streaming else None
+        self.cell = None if self.streaming else _cells.Cell(_cells.decode_result,
+                                                            self.error_of)
+        self.stream = _cells.PendingStream() if self.streaming else None
         self.resolved = None  # (args, kwargs) with the ObjectRefs replaced, once resolved
         # Ray's defaults: a task is retried 3 times when its worker dies, never for an
         # exception it raises unless retry_exceptions says so (True, or exception types).
@@ -88,9 +60,7 @@ class _Task:
     def queue_key(self):
         """Tasks with equal keys need the same resources under the same strategy: when the
         oldest of them does not fit, none of the others does."""
-        from troupe.ray import _runtime
-
-        self.request = _runtime.request_of(self.options, actor=False)
+        self.request = _resources.request_of(self.options, actor=False)
         s = self.options.get("scheduling_strategy")
         if s is None or isinstance(s, str):
             skey = s
@@ -130,8 +100,6 @@ class _Task:
         if self.retry_exceptions is True:
             return True
         try:
-            import pickle
-
             cause = pickle.loads(raw[1]) if raw[1] is not None else None
         except Exception:  # noqa: BLE001
             cause = None
@@ -164,8 +132,6 @@ class TaskPool:
             if w.alive():
                 return w
         self.count += 1
-        from troupe.ray import _runtime_env  # the job's working_dir, py_modules, nsight
-
         setup, wrapper = _runtime_env.launch(self.runtime, None, self.runtime.job_env,
                                              "ray.init runtime_env")
         w = self.runtime.cluster.start_worker(
@@ -177,8 +143,6 @@ class TaskPool:
 
     def run(self, task, alloc, request, args, kwargs):
         """Sends `task` to a runner of its node (under the runtime's lock)."""
-        from troupe.ray import _runtime
-
         pool, node, gpus, bundle = alloc
         env = dict((task.options.get("runtime_env") or {}).get("env_vars") or {})
         if request.get("GPU", 0) > 0:
@@ -188,8 +152,8 @@ class TaskPool:
         ctx = {"gpu_ids": list(gpus), "env_vars": env, "task_key": key,
                "placement_group": bundle and _pg_of(task.options),
                "bundle_index": bundle.index if bundle else -1}
-        cls = _runtime.host_class("TaskHost",
-                                  (task.options.get("runtime_env") or {}).get("py_executable"))
+        cls = _runtime_env.host_class("TaskHost",
+                                      (task.options.get("runtime_env") or {}).get("py_executable"))
         try:
             runner = self._runner(node, cls)
             payload, buffers = _serial.dumps((args, kwargs))
@@ -230,8 +194,6 @@ class TaskPool:
         """A context in which the running task `key` waits for `refs` (a nested ray.get or
         ray.wait): its resources are free meanwhile, and taken back after (over the pool's
         amount if need be, as Ray's raylet does)."""
-        import contextlib
-
         @contextlib.contextmanager
         def scope():
             with self.runtime.lock:

@@ -4,7 +4,8 @@ import importlib
 import inspect
 import sys
 
-from troupe.ray import _ids, _options
+from troupe.ray import _current, _options, _runtime_env, _serial
+from troupe.ray._handles import ActorHandle, ActorMethod  # noqa: F401 - ray.actor names them
 from troupe.ray.exceptions import NotSupportedError
 
 
@@ -14,8 +15,6 @@ def definition_spec(obj):
     module = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", "")
     if module in (None, "__main__") or _resolve(module, qualname) is not obj:
-        from troupe.ray import _serial
-
         return ("value", _serial.inline(_serial.dumps_by_value(obj)))
     return ("ref", module, qualname)
 
@@ -52,8 +51,8 @@ def make_actor_class(cls, options):
 
 
 def method_table(cls):
-    """name -> (is_generator, is_async, num_returns from @ray.method) of the public methods of `cls` (Ray lets a driver call
-    any method not starting with "__")."""
+    """name -> (is_generator, is_async, num_returns and refusal from @ray.method) of the public
+    methods of `cls` (Ray lets a driver call any method not starting with "__")."""
     out = {}
     for name in dir(cls):
         if name.startswith("__"):
@@ -116,14 +115,10 @@ class ActorClass:
         return self._create(self._default_options, args, kwargs)
 
     def bind(self, *args, **kwargs):
-        from troupe.ray.exceptions import NotSupportedError
-
         raise NotSupportedError("Ray DAGs (.bind) are not supported by troupe.ray: call "
                                 ".remote() and pass the ObjectRefs")
 
     def _create(self, options, args, kwargs):
-        from troupe.ray import _api
-
         cls = self._troupe_ray_target
         if self._methods is None:
             self._methods = method_table(cls)
@@ -132,98 +127,14 @@ class ActorClass:
         _options.refuse(options, "actor", where)
         renv = options.get("runtime_env") or {}
         if renv:
-            from troupe.ray import _runtime_env
-
-            from troupe.ray import _runtime
-
             _runtime_env.validate_paths(renv, where)
             if renv.get("nsight", renv.get("_nsight")):  # the job's env_vars count (PATH)
                 _runtime_env.check_nsys(_runtime_env.effective(
-                    getattr(_runtime.current(), "job_runtime_env", None), renv), where)
+                    getattr(_current.runtime(), "job_runtime_env", None), renv), where)
         _options.check_method_groups(cls, options, f"{cls.__qualname__}.options")
-        return _api.api().create_actor(definition_spec(cls), f"{cls.__module__}.{cls.__qualname__}",
-                                       self._methods, options, tuple(args), dict(kwargs))
-
-
-class ActorMethod:
-    """``handle.method``: ``.remote(*args, **kwargs)`` calls it and returns an ObjectRef (a list
-    of them with num_returns > 1, an ObjectRefGenerator with num_returns="streaming")."""
-
-    def __init__(self, handle, name, num_returns=None, concurrency_group=None, refused=None):
-        self._handle = handle
-        self._name = name
-        self._num_returns = num_returns
-        self._group = concurrency_group
-        self._refused = refused  # what .remote() refuses (@ray.method / .options()), or None
-
-    def remote(self, *args, **kwargs):
-        from troupe.ray import _api
-
-        if self._refused is not None:
-            raise NotSupportedError(f"{self._name}.remote: {self._refused}")
-        return _api.api().call_actor(self._handle._actor_id, self._name, tuple(args),
-                                     dict(kwargs), self._num_returns, self._group)
-
-    def options(self, **options):
-        _options.check(options, _options.METHOD, f"{self._name}.options")
-        group = options.get("concurrency_group", self._group)
-        if group is not None and not isinstance(group, str):
-            raise TypeError(f"{self._name}.options: concurrency_group must be a str, not "
-                            f"{type(group).__name__}")
-        return ActorMethod(self._handle, self._name,
-                           options.get("num_returns", self._num_returns), group,
-                           _options.refusal(options, "method") or self._refused)
-
-    def __call__(self, *args, **kwargs):
-        raise TypeError(f"Actor methods cannot be called directly. Instead of running "
-                        f"'object.{self._name}()', try 'object.{self._name}.remote()'.")
-
-
-class ActorHandle:
-    """A handle to an actor: ``handle.method.remote(...)``. Picklable: it can be passed to and
-    returned from tasks and other actors."""
-
-    def __init__(self, actor_id, methods, cls_name):
-        from troupe.ray import _runtime
-
-        self._actor_id = _ids.ActorID(actor_id)
-        self._methods = dict(methods)
-        self._cls_name = cls_name
-        # Counted by the driver's runtime (not inside a worker): the driver's last handle ends
-        # a non-detached actor whose handle never left the driver (DriverRuntime.handle_*).
-        self._runtime = _runtime.current()
-        if self._runtime is not None:
-            self._runtime.handle_acquired(actor_id)
-
-    def __del__(self):
-        rt = self.__dict__.get("_runtime")
-        if rt is not None:
-            rt.handle_released(self._actor_id)
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name not in self.__dict__.get("_methods", {}):
-            if name.startswith("_"):
-                raise AttributeError(name)
-            raise AttributeError(f"'{self._cls_name}' actor has no method '{name}'")
-        entry = self._methods[name]
-        return ActorMethod(self, name, entry[2], None, entry[3] if len(entry) > 3 else None)
-
-    def _actor_id_hex(self):
-        return self._actor_id.hex()
-
-    def __repr__(self):
-        return f"Actor({self._cls_name.rsplit('.', 1)[-1]}, {self._actor_id})"
-
-    def __eq__(self, other):
-        return isinstance(other, ActorHandle) and other._actor_id == self._actor_id
-
-    def __hash__(self):
-        return hash(self._actor_id)
-
-    def __reduce__(self):
-        if self._runtime is not None:
-            self._runtime.handle_escaped(self._actor_id)
-        return (ActorHandle, (str(self._actor_id), self._methods, self._cls_name))
+        return _current.api().create_actor(
+            definition_spec(cls), f"{cls.__module__}.{cls.__qualname__}", self._methods, options,
+            tuple(args), dict(kwargs))
 
 
 def method(num_returns=None, concurrency_group=None, **options):

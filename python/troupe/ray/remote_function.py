@@ -2,8 +2,9 @@
 
 import inspect
 
-from troupe.ray import _options
+from troupe.ray import _current, _options
 from troupe.ray.actor import definition_spec
+from troupe.ray.exceptions import NotSupportedError
 
 
 class RemoteFunction:
@@ -42,19 +43,15 @@ class RemoteFunction:
         return self._submit(self._default_options, args, kwargs)
 
     def bind(self, *args, **kwargs):
-        from troupe.ray.exceptions import NotSupportedError
-
         raise NotSupportedError("Ray DAGs (.bind) are not supported by troupe.ray: call "
                                 ".remote() and pass the ObjectRefs")
 
     def _submit(self, options, args, kwargs):
-        from troupe.ray import _api
-
         _options.refuse(options, "task", f"{self.__qualname__}.remote")
         if self._spec is None:
             self._spec = definition_spec(self._troupe_ray_target)
         if options.get("num_returns") is None and inspect.isgeneratorfunction(
                 self._troupe_ray_target):
             options = dict(options, num_returns="streaming")  # Ray's default for generators
-        return _api.api().submit_task(self._spec, self.__qualname__, dict(options), tuple(args),
-                                      dict(kwargs))
+        return _current.api().submit_task(self._spec, self.__qualname__, dict(options),
+                                          tuple(args), dict(kwargs))

@@ -2,6 +2,7 @@
 takes one submitted call at a time; work submitted while every actor is busy waits in order
 until one is free (an actor is free again once its call's result is taken)."""
 
+from troupe.ray import _public
 from troupe.ray import exceptions as rex
 
 _TIMEOUT = "Timed out waiting for result"
@@ -73,8 +74,6 @@ class ActorPool:
     def get_next(self, timeout=None, ignore_if_timedout=False):
         """The next result in submission order (TimeoutError after `timeout` seconds; with
         `ignore_if_timedout`, that result is skipped)."""
-        from troupe import ray
-
         if not self.has_next():
             raise StopIteration("No more results to get")
         if self._next_return_index >= self._next_task_index:
@@ -83,9 +82,9 @@ class ActorPool:
         future = self._index_to_future[self._next_return_index]
         timed_out = False
         if timeout is not None:
-            ready, _ = ray.wait([future] if not isinstance(future, list) else future,
-                                num_returns=1 if not isinstance(future, list) else len(future),
-                                timeout=timeout)
+            ready, _ = _public.wait([future] if not isinstance(future, list) else future,
+                                    num_returns=1 if not isinstance(future, list) else len(future),
+                                    timeout=timeout)
             if not ready:
                 if not ignore_if_timedout:
                     raise TimeoutError(_TIMEOUT)
@@ -100,11 +99,9 @@ class ActorPool:
 
     def get_next_unordered(self, timeout=None, ignore_if_timedout=False):
         """Whichever submitted result finishes first."""
-        from troupe import ray
-
         if not self.has_next():
             raise StopIteration("No more results to get")
-        ready, _ = ray.wait(list(self._future_to_actor), num_returns=1, timeout=timeout)
+        ready, _ = _public.wait(list(self._future_to_actor), num_returns=1, timeout=timeout)
         if not ready:
             raise TimeoutError(_TIMEOUT)
         future = ready[0]
@@ -114,11 +111,9 @@ class ActorPool:
         return self._get_result(future, actor)
 
     def _get_result(self, future, actor):
-        from troupe import ray
-
         alive = True
         try:
-            return ray.get(list(future) if isinstance(future, tuple) else future)
+            return _public.get(list(future) if isinstance(future, tuple) else future)
         except rex.ActorDiedError:
             alive = False  # a dead actor leaves the pool
             raise

@@ -6,6 +6,8 @@ import asyncio
 import queue as _stdlib_queue
 from collections.abc import Iterable
 
+from troupe.ray import _public
+
 
 class Empty(_stdlib_queue.Empty):
     pass
@@ -70,18 +72,14 @@ class Queue:
     the queue actor's ``.options()`` (e.g. its resources)."""
 
     def __init__(self, maxsize=0, actor_options=None):
-        from troupe import ray
-
         self.maxsize = maxsize
-        self.actor = ray.remote(_QueueActor).options(**(actor_options or {})).remote(maxsize)
+        self.actor = _public.remote(_QueueActor).options(**(actor_options or {})).remote(maxsize)
 
     def __len__(self):
         return self.size()
 
     def _get(self, ref):
-        from troupe import ray
-
-        return ray.get(ref)
+        return _public.get(ref)
 
     def size(self):
         return self._get(self.actor.qsize.remote())
@@ -161,8 +159,6 @@ class Queue:
 
     def shutdown(self, force=False, grace_period_s=5):
         """Ends the queue's actor (its items are lost)."""
-        from troupe import ray
-
         if self.actor is not None:
-            ray.kill(self.actor, no_restart=True)
+            _public.kill(self.actor, no_restart=True)
         self.actor = None

@@ -4,7 +4,7 @@ only (the driver keeps them); None for an id it does not know."""
 
 import operator
 
-from troupe.ray import _api
+from troupe.ray import _current
 
 
 class StateRecord(dict):
@@ -27,7 +27,7 @@ def _record(d):
 def get_actor(id, address=None, timeout=None, _explain=False):  # noqa: A002 - Ray's name
     """The record of actor `id` (hex): actor_id, class_name, state (ALIVE, PENDING_CREATION,
     RESTARTING, DEAD), name, ray_namespace, node_id, pid, num_restarts, death_cause."""
-    return _record(_api.api().actor_info(str(id)))
+    return _record(_current.api().actor_info(str(id)))
 
 
 _PREDICATES = {"=": operator.eq, "!=": operator.ne}
@@ -38,7 +38,7 @@ def list_actors(address=None, filters=None, limit=100, timeout=None, detail=Fals
     """The records of this job's actors (dead ones too), as get_actor gives them, at most
     `limit`; `filters` are Ray's (key, "=" or "!=", value) triples, values compared as text."""
     out = []
-    for d in _api.api().list_actor_infos():
+    for d in _current.api().list_actor_infos():
         keep = True
         for key, pred, value in filters or ():
             if pred not in _PREDICATES:
@@ -56,6 +56,6 @@ def list_actors(address=None, filters=None, limit=100, timeout=None, detail=Fals
 def get_placement_group(id, address=None, timeout=None, _explain=False):  # noqa: A002
     """The record of placement group `id` (hex), as placement_group_table gives it."""
     try:
-        return _record(_api.api().pg_table(str(id)))
+        return _record(_current.api().pg_table(str(id)))
     except ValueError:
         return None
