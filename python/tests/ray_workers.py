@@ -261,3 +261,33 @@ def put_and_return(elements, value):
 class Threaded:
     def small_value(self):
         return b"ok"
+
+
+@ray.remote
+def mark_and_spin(path):
+    """Creates `path` (the test's sign that it runs), then runs until stopped."""
+    open(path, "w").close()
+    while True:
+        time.sleep(0.01)
+
+
+@ray.remote
+def mark(path, value):
+    """Creates `path` and returns `value`."""
+    open(path, "w").close()
+    return value
+
+
+@ray.remote
+def cancel_nested(path):
+    """Submits mark_and_spin(path) from inside a task, cancels it once it runs, and returns the
+    type name of the error its ray.get raises."""
+    ref = mark_and_spin.remote(path)
+    while not os.path.exists(path):
+        time.sleep(0.01)
+    ray.cancel(ref, force=True)
+    try:
+        ray.get(ref, timeout=60)
+    except ray.exceptions.RayError as e:
+        return type(e).__name__
+    return "no error"

@@ -187,8 +187,6 @@ def test_unsupported_features_fail_at_once_naming_them(cluster):
         w.square.options(frobnicate=1)
     with pytest.raises(rex.NotSupportedError, match="max_task_retries"):  # at .remote()
         w.Counter.options(max_task_retries=3).remote()
-    with pytest.raises(rex.NotSupportedError, match="ray.cancel"):
-        ray.cancel(w.square.remote(1))
     with pytest.raises(TypeError, match="remote"):
         w.square(1)
     with pytest.raises(ValueError, match="num_gpus"):

@@ -88,6 +88,11 @@ class DriverApi:
     def kill(self, actor_id, no_restart):
         self.rt.kill(actor_id, no_restart)
 
+    def cancel(self, ref, force):
+        if ref._cell is None:
+            raise rex.ObjectLostError(ref.hex(), f"object {ref.hex()} is unknown to this driver")
+        self.rt.tasks.cancel(ref, force)
+
     def get_actor(self, name, namespace):
         return _handle(self.rt.get_actor(name, namespace))
 

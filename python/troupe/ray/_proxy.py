@@ -37,7 +37,7 @@ from troupe.ray import exceptions as rex
 OPS = ("create_actor", "call_actor", "submit_task", "get", "wait", "put", "kill", "get_actor",
        "create_pg", "pg_ready", "remove_pg", "pg_table", "nodes", "cluster_resources",
        "available_resources", "generator_next", "actor_info", "list_actor_infos",
-       "available_resources_per_node")
+       "available_resources_per_node", "cancel")
 # The ops whose reply carries refs made for the asking worker (leased to it).
 _LEASING_OPS = ("put", "submit_task", "call_actor")
 

@@ -3,7 +3,6 @@ get, wait, put, kill, cancel, get_actor, and the cluster's nodes and resources. 
 arguments as Ray does, then calls this process's API (troupe.ray._current)."""
 
 from troupe.ray import _current
-from troupe.ray import exceptions
 from troupe.ray._handles import ActorHandle
 from troupe.ray._objects import ObjectRef, ObjectRefGenerator
 from troupe.ray.actor import make_actor_class
@@ -89,8 +88,15 @@ def kill(actor, *, no_restart=True):
 
 
 def cancel(object_ref, *, force=False, recursive=True):
-    raise exceptions.NotSupportedError("ray.cancel is not supported by troupe.ray: kill the "
-                                       "actor (ray.kill) or let the task finish")
+    """Cancels the task of `object_ref`: one not yet running never runs (ray.get raises
+    TaskCancelledError); a running one is stopped with its worker (ray.get raises
+    TaskCancelledError with force, else RayTaskError(TaskCancelledError), as Ray's interrupted
+    task). An ended task is left as it is. force=True on an actor call: ValueError, as Ray's.
+    `recursive` is accepted: the tasks a cancelled task submitted run on."""
+    if not isinstance(object_ref, ObjectRef):
+        raise TypeError("ray.cancel() only supported for object refs. For actors, try "
+                        f"ray.kill(). Got: {type(object_ref).__name__}.")
+    _current.api().cancel(object_ref, bool(force))
 
 
 def get_actor(name, namespace=None):

@@ -35,12 +35,36 @@ class _Task:
         retries = options.get("max_retries")
         self.retries_left = 3 if retries is None else int(retries)
         self.retry_exceptions = options.get("retry_exceptions") or False
+        self.runner = None  # the troupe.Worker running it, while it runs
+        self.attempt = None  # the troupe.Future of the running attempt
+        self.cancelled = None  # the error ray.cancel ended it with
 
     def fail(self, error):
+        self.pool.live.pop(id(self.cell), None)
         if self.stream is not None:
             self.stream.fail(error)
         else:
             self.cell.set_error(error)
+
+    def cancel(self, force):
+        """ray.cancel (under the runtime's lock): a task not yet running fails at once with
+        TaskCancelledError and never runs; a running one has its worker stopped, and fails
+        with TaskCancelledError (force) or, as the task's own error, RayTaskError of a
+        TaskCancelledError (without force: Ray interrupts the task). Returns the worker to stop
+        (the caller stops it outside the lock), or None."""
+        if self.cancelled is not None or self.cell.done():
+            return None
+        error = rex.TaskCancelledError(f"task {self.fn_name} was cancelled")
+        if self.runner is None:
+            self.cancelled = error
+            self.fail(error)
+            return None
+        if self.attempt is not None and self.attempt.done():
+            return None  # it has ended; its result is on its way to the cell
+        if not force:
+            error = rex.RayTaskError(self.fn_name, "", error).as_instanceof_cause()
+        self.cancelled = error
+        return self.runner
 
     def deps_ready(self, runtime):
         """Whether every top-level ObjectRef argument is done; else calls runtime.task_ready
@@ -73,6 +97,8 @@ class _Task:
         return (tuple(sorted(self.request.items())), skey)
 
     def try_place(self, runtime):
+        if self.cancelled is not None:
+            return True  # dropped: ray.cancel failed it already
         if self.resolved is None:
             try:
                 self.resolved = _actors.resolve_refs(self.args, self.kwargs)
@@ -115,10 +141,13 @@ class TaskPool:
         # Running tasks by key: [pool, request, gpus, blocked]; a task blocked in a nested
         # ray.get / ray.wait gives its resources back meanwhile, as Ray's does.
         self.running = {}
+        self.live = {}  # id(cell) -> the _Task of a non-streaming task not ended (ray.cancel)
         self._keys = iter(range(1, 1 << 62))
 
     def submit(self, spec, fn_name, options, args, kwargs):
         task = _Task(self, spec, fn_name, options, args, kwargs)
+        if not task.streaming:
+            self.live[id(task.cell)] = task
         if task.deps_ready(self.runtime):
             self.runtime.task_ready(task)
         if task.streaming:
@@ -162,24 +191,31 @@ class TaskPool:
             self._release(key)
             task.fail(e)
             return
+        task.runner = runner
         if task.streaming:
             task.stream.bind(runner.stream("run_stream", task.spec, payload, buffers, ctx))
             done = task.stream._stream.done()
         else:
             done = runner.call("run", task.spec, payload, buffers, ctx)
+            task.attempt = done
 
         def finished():
             with self.runtime.lock:
                 self._release(key)
+                task.runner = None
                 if runner.alive():
                     self.idle.setdefault((node.index, cls), []).append(runner)
             if not task.streaming:
-                if task.should_retry(done):
+                if task.cancelled is not None:
+                    task.resolved = None
+                    task.fail(task.cancelled)
+                elif task.should_retry(done):
                     if task.retries_left > 0:
                         task.retries_left -= 1
                     self.runtime.task_ready(task)
                 else:
                     task.resolved = None  # the task holds no argument (nor handle) past its end
+                    self.live.pop(id(task.cell), None)
                     task.cell.bind(done)
             self.runtime.schedule()
 
@@ -216,6 +252,21 @@ class TaskPool:
                             entry[0].take_over(entry[1], entry[2])
 
         return scope()
+
+    def cancel(self, ref, force):
+        """ray.cancel of `ref` (a driver's ref); see _Task.cancel. ValueError for force on an
+        actor call, as Ray's; NotSupportedError for a pending actor call without force."""
+        with self.runtime.lock:
+            task = self.live.get(id(ref._cell))
+            runner = task.cancel(force) if task is not None else None
+        if runner is not None:
+            runner.stop(0.0)
+        if task is not None or ref._done():
+            return  # an ended task, a put value: nothing to cancel
+        if force:
+            raise ValueError("force=True is not supported for actor tasks.")
+        raise rex.NotSupportedError("ray.cancel of an actor call is not supported by troupe.ray: "
+                                    "cancel tasks, or ray.kill the actor")
 
     def stop_all(self):
         for w in self.all:

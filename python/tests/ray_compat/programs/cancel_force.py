@@ -1,4 +1,3 @@
-# xfail: ray.cancel is not supported
 import os
 import tempfile
 import time
