@@ -234,14 +234,14 @@ class WorkerApi:
 
 def _with_captured_group(op, args):
     """A task or actor made inside a placement-group worker that captures child tasks goes into
-    that group, unless it names its own strategy."""
+    that group, unless it names its own strategy ("DEFAULT" too: Ray's way to escape)."""
     pg_id = _context.get("placement_group")
     if not pg_id or not _context.get("capture_child_tasks"):
         return args
     args = list(args)
     i = 3 if op == "create_actor" else 2
     options = dict(args[i])
-    if options.get("scheduling_strategy") in (None, "DEFAULT"):
+    if options.get("scheduling_strategy") is None:
         options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
             PlacementGroup(pg_id, [], "", ""), -1, True)
     args[i] = options

@@ -178,9 +178,12 @@ class TaskPool:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)
         key = next(self._keys)
         self.running[key] = [pool, request, gpus, 0]
+        strategy = task.options.get("scheduling_strategy")
         ctx = {"gpu_ids": list(gpus), "env_vars": env, "task_key": key,
                "placement_group": bundle and _pg_of(task.options),
-               "bundle_index": bundle.index if bundle else -1}
+               "bundle_index": bundle.index if bundle else -1,
+               "capture_child_tasks": bool(bundle and getattr(
+                   strategy, "placement_group_capture_child_tasks", False))}
         cls = _runtime_env.host_class("TaskHost",
                                       (task.options.get("runtime_env") or {}).get("py_executable"))
         try:

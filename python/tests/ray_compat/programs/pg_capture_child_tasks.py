@@ -1,4 +1,3 @@
-# xfail: tasks under capture_child_tasks do not land in the parent's placement group
 import ray
 from ray.util.placement_group import placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
