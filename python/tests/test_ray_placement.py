@@ -119,3 +119,25 @@ def test_install_makes_import_ray_resolve_to_troupe_ray(cluster):
         for k in [k for k in sys.modules if k == "ray" or k.startswith("ray.")]:
             del sys.modules[k]
         sys.modules.update(saved)
+
+
+def test_group_resources_are_listed_as_rays(cluster):
+    pg = placement_group([{"CPU": 1, "GPU": 1}, {"CPU": 1}], strategy="PACK")
+    ray.get(pg.ready(), timeout=30)
+    pid = pg.id.hex()
+    total = ray.cluster_resources()
+    assert total["CPU"] == 4 and total["GPU"] == 4  # the nodes' totals do not change
+    assert {k: v for k, v in total.items() if k.endswith(pid)} == {
+        f"CPU_group_{pid}": 2.0, f"CPU_group_0_{pid}": 1.0, f"CPU_group_1_{pid}": 1.0,
+        f"GPU_group_{pid}": 1.0, f"GPU_group_0_{pid}": 1.0,
+        f"bundle_group_{pid}": 2000.0, f"bundle_group_0_{pid}": 1000.0,
+        f"bundle_group_1_{pid}": 1000.0}
+    actor = w.Counter.options(num_cpus=1, scheduling_strategy=PlacementGroupSchedulingStrategy(
+        pg, 1)).remote()
+    ray.get(actor.get.remote(), timeout=30)  # placed in bundle 1: its CPU is taken
+    free = ray.available_resources()
+    assert f"CPU_group_1_{pid}" not in free and free[f"CPU_group_{pid}"] == 1.0
+    assert free[f"CPU_group_0_{pid}"] == 1.0
+    ray.kill(actor)
+    remove_placement_group(pg)
+    assert not any(k.endswith(pid) for k in ray.cluster_resources())

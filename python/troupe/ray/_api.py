@@ -181,17 +181,38 @@ class DriverApi:
         return out
 
     def cluster_resources(self):
-        return _sum(n.pool.total for n in self.rt.nodes if n.alive)
+        with self.rt.lock:
+            return _sum([n.pool.total for n in self.rt.nodes if n.alive]
+                        + _group_resources(self.rt.pgs.values(), "total"))
 
     def available_resources(self):
         with self.rt.lock:
-            out = _sum(n.pool.avail for n in self.rt.nodes if n.alive)
+            out = _sum([n.pool.avail for n in self.rt.nodes if n.alive]
+                       + _group_resources(self.rt.pgs.values(), "avail"))
         return {k: v for k, v in out.items() if v > 1e-9}
 
 
 def _first_done(refs, n):
     """The first `n` refs of `refs` that are done, in list order (fewer if fewer are)."""
     return list(itertools.islice((r for r in refs if r._done()), n))
+
+
+def _group_resources(pgs, which):
+    """Ray's resources of the placed groups, from each bundle's pool (`which`: "total" or
+    "avail"): R_group_<i>_<id> per bundle, R_group_<id> per group, and bundle_group_<i>_<id>,
+    bundle_group_<id> (1000 per bundle, as Ray's)."""
+    out = []
+    for pg in pgs:
+        if pg.removed or pg.bundles is None:
+            continue
+        for b in pg.bundles:
+            amounts = getattr(b.pool, which)
+            per_bundle = {f"{k}_group_{b.index}_{pg.pg_id}": v for k, v in amounts.items()}
+            per_bundle.update({f"{k}_group_{pg.pg_id}": v for k, v in amounts.items()})
+            per_bundle[f"bundle_group_{b.index}_{pg.pg_id}"] = 1000.0
+            per_bundle[f"bundle_group_{pg.pg_id}"] = 1000.0
+            out.append(per_bundle)
+    return out
 
 
 def _sum(dicts):

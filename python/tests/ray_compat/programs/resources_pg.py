@@ -1,4 +1,3 @@
-# xfail: cluster_resources() does not list the placement-group resources (CPU_group_...)
 import time
 
 import ray
