@@ -109,3 +109,19 @@ def test_native_put_is_a_read_only_store_object_and_refuses_other_data():
         for bad, why in ((3, "not int"), (np.arange(10)[::2], "C-contiguous")):
             with pytest.raises(troupe.InvalidArgumentError, match=why):
                 c.put(bad)
+
+
+def test_put_takes_a_snapshot_with_read_only_arrays(cluster):
+    for size in (16, 1 << 19):  # inline, and through the object store (4 MiB)
+        a = np.arange(size, dtype=np.int64)
+        ref = ray.put(a)
+        a[0] = -1  # after the put: ray.get keeps what was put, as Ray's does
+        got = ray.get(ref)
+        assert got[0] == 0 and got[-1] == size - 1
+        assert not got.flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            got[0] = 5
+    items = [1, [2, 3]]
+    ref = ray.put(items)
+    items[1].append(4)
+    assert ray.get(ref) == [1, [2, 3]]

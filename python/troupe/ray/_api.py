@@ -82,8 +82,8 @@ class DriverApi:
         return ready, [r for r in refs if id(r) not in chosen]
 
     def put(self, value):
-        return _objects.ObjectRef(_cells.new_id(), _cells.Cell.of_value(value),
-                                  stored=_objects.StoredValue.of(self.rt.cluster, value))
+        snapshot, stored = _objects.put_value(self.rt.cluster, value)
+        return _objects.ObjectRef(_cells.new_id(), _cells.Cell.of_value(snapshot), stored=stored)
 
     def kill(self, actor_id, no_restart):
         self.rt.kill(actor_id, no_restart)

@@ -32,19 +32,29 @@ class StoredValue:
         self.payload = cluster.put(payload) if len(payload) >= STORE_THRESHOLD else payload
         self.buffers = [cluster.put(b) for b in buffers]
 
-    @classmethod
-    def of(cls, cluster, value):
-        """The StoredValue of `value`, or None when it is small (it then travels inline)."""
-        payload, buffers = _serial.dumps(value)
-        if len(payload) + sum(len(b) for b in buffers) < STORE_THRESHOLD:
-            return None
-        return cls(cluster, payload, buffers)
+    def value(self):
+        """The value, unpickled from the store's copies (read-only, zero-copy views)."""
+        return _serial.loads_parts(self.payload, *self.buffers)
 
     def __reduce__(self):
         payload = self.payload
         if not isinstance(payload, bytes):
             payload = pickle.PickleBuffer(payload)
         return (_serial.loads_parts, (payload, *map(pickle.PickleBuffer, self.buffers)))
+
+
+def put_value(cluster, value):
+    """(snapshot, stored) of a ray.put value: the value as ray.get returns it, a copy whose
+    NumPy arrays are read-only as Ray's are (later changes to `value` do not reach it), and its
+    StoredValue when large (else None). Plain values (None, bool, int, float, str) are their
+    own snapshot."""
+    if _serial.is_plain(value):
+        return value, None
+    payload, buffers = _serial.dumps(value)
+    if len(payload) + sum(len(b) for b in buffers) < STORE_THRESHOLD:
+        return _serial.loads(payload, [bytes(b) for b in buffers]), None
+    stored = StoredValue(cluster, payload, buffers)
+    return stored.value(), stored
 
 
 class ObjectRef:

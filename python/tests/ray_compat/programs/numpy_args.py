@@ -1,4 +1,3 @@
-# xfail: arrays returned by ray.get are writeable (Ray's zero-copy arrays are read-only)
 import numpy as np
 
 import ray
