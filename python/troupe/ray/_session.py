@@ -95,8 +95,7 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
 
 def _installed_as_ray():
     """Whether `import ray` is troupe.ray in this process (troupe.ray.install())."""
-    return sys.modules.get("ray") is not None and sys.modules.get("ray") is sys.modules.get(
-        "troupe.ray")
+    return sys.modules.get("ray") is sys.modules["troupe.ray"]
 
 
 def _address_towards(head):
