@@ -224,7 +224,8 @@ pybind11::object enable_stack_dumps() {
   const char* sig = std::getenv("TROUPE_PYTHON_STACKS_SIGNAL");
   if (!path || !sig || stacks_fd >= 0) return pybind11::none();
   const int signum = std::atoi(sig);
-  int fd = ::open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+  // Made by the worker, as its call-status page (common/call_status.h).
+  int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0 || signum <= 0 || signum >= NSIG) {
     if (fd >= 0) ::close(fd);
     return pybind11::none();

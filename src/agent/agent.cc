@@ -254,6 +254,7 @@ class Agent {
 
   // The driver that started these workers is gone (its lease ended): stop them.
   void stop_workers_of(const transport::RpcPeer* owner, const Error& reason) {
+    flush_starts();  // its last starts too
     if (!owner || shutting_down_) return;
     if (size_t n = table_->stop_all(owner, kShutdownGrace))
       TROUPE_LOG(Warning) << "the driver at " << owner->peer() << " is gone (" << reason.message()
@@ -266,6 +267,7 @@ class Agent {
     try {
       if (r.method == control::StartWorker::kMethod)
         return start_worker(control::StartWorker::from(r.kwargs), resp, from);
+      flush_starts();
       if (r.method == control::StopWorker::kMethod) {
         auto m = control::StopWorker::from(r.kwargs);
         return table_->stop(m.name, std::chrono::milliseconds(m.grace_ms),
@@ -309,9 +311,14 @@ class Agent {
                     "release_ports, memory, gpu_state, store_reserve, store_free, store_usage, "
                     "shutdown, ping)"));
     } catch (const Error& e) {
-      resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
-                      "agent " + config_.host_name + ": " + r.method + ": " + e.message()));
+      resp.fail(request_error(r.method, e));
     }
+  }
+
+  // What a client is told when its request `method` failed with `e`.
+  Error request_error(const std::string& method, const Error& e) const {
+    return Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
+                 "agent " + config_.host_name + ": " + method + ": " + e.message());
   }
 
   WorkerHost worker_host() const {
@@ -328,6 +335,10 @@ class Agent {
     return h;
   }
 
+  // Queues the start; flush_starts() runs the queue in one WorkerTable::start_many, after every
+  // request that came in the same read (they are parsed in one go), so the fork server gets
+  // them as one batch. Any other request flushes the queue first: requests still take effect
+  // in the order they came.
   void start_worker(const control::StartWorker& request, const transport::Responder& resp,
                     const std::weak_ptr<transport::RpcPeer>& owner) {
     WorkerTable::LineHandler on_line;
@@ -339,23 +350,34 @@ class Agent {
       };
     auto owner_peer = owner.lock();
     if (metrics_) metrics_->on_start_requested();
-    try {
-      // A detached worker has no owner: no driver's leaving stops it (stop_workers_of).
-      table_->start(request, request.detached ? nullptr : owner_peer.get(), std::move(on_line),
-                    [this, resp](const control::StartWorkerReply* reply, const Error* e) {
-                      if (metrics_) {
-                        metrics_->on_start_done(reply != nullptr);
-                        metrics_->set_workers(table_->size());
-                      }
-                      if (reply)
-                        resp.reply(reply->to_value());
-                      else
-                        resp.fail(*e);
-                    });
-    } catch (const Error&) {
+    WorkerTable::StartItem item;
+    item.request = request;
+    // A detached worker has no owner: no driver's leaving stops it (stop_workers_of).
+    item.owner = request.detached ? nullptr : owner_peer.get();
+    item.on_line = std::move(on_line);
+    item.done = [this, resp](const control::StartWorkerReply* reply, const Error* e) {
+      if (metrics_) {
+        metrics_->on_start_done(reply != nullptr);
+        metrics_->set_workers(table_->size());
+      }
+      if (reply)
+        resp.reply(reply->to_value());
+      else
+        resp.fail(*e);
+    };
+    item.refused = [this, resp](const Error& e) {
       if (metrics_) metrics_->on_start_done(false);
-      throw;
-    }
+      resp.fail(request_error(control::StartWorker::kMethod, e));
+    };
+    pending_starts_.push_back(std::move(item));
+    if (pending_starts_.size() == 1) asio::post(io_, [this] { flush_starts(); });
+  }
+
+  void flush_starts() {
+    if (pending_starts_.empty()) return;
+    std::vector<WorkerTable::StartItem> starts;
+    starts.swap(pending_starts_);
+    table_->start_many(std::move(starts));
   }
 
   // Host memory and the resident memory of each running worker's process group.
@@ -414,6 +436,7 @@ class Agent {
 
   void begin_shutdown(int code) {
     if (shutting_down_) return;
+    flush_starts();  // started, then stopped with the rest, as they came before the shutdown
     shutting_down_ = true;
     exit_code_ = code;
     if (unix_listener_) unix_listener_->close();
@@ -438,6 +461,7 @@ class Agent {
   ForkServerChoice fork_servers_;
   std::unique_ptr<Containment> containment_;
   std::unique_ptr<WorkerTable> table_;  // after what it refers to: destroyed before them
+  std::vector<WorkerTable::StartItem> pending_starts_;  // start_worker's queue
   StackSampler sampler_{io_};
   std::unique_ptr<store::HostStore> store_;
   std::unique_ptr<AgentMetrics> metrics_;  // after store_, which it reads: destroyed first

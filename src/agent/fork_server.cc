@@ -238,10 +238,12 @@ bool ForkServer::greet() {
 }
 
 std::optional<pid_t> ForkServer::spawn(const Request& request) {
-  if (sock_ < 0) return std::nullopt;
-  if (!greeted_ && !greet()) return std::nullopt;
+  return spawn_batch({&request}).front();
+}
+
+bool ForkServer::send_request(const Request& request, Clock::time_point deadline) {
   std::string body = fork_protocol::encode_strings(request.cwd, request.env);
-  if (body.size() > fork_protocol::kMaxBody) return std::nullopt;  // this one only: exec it
+  if (body.size() > fork_protocol::kMaxBody) return false;  // this one only: exec it
   int fds[fork_protocol::kMaxFds] = {request.stdout_fd, request.stderr_fd, request.ready_fd,
                                      request.token_fd, request.cgroup_procs_fd};
   const uint32_t nfds =
@@ -260,8 +262,6 @@ std::optional<pid_t> ForkServer::spawn(const Request& request) {
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
   std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
-  auto deadline = Clock::now() + (max_block_.count() > 0 ? std::min(max_block_, kRequestTimeout)
-                                                         : kRequestTimeout);
   ssize_t sent;
   for (;;) {
     sent = ::sendmsg(sock_, &msg, MSG_NOSIGNAL);
@@ -277,18 +277,50 @@ std::optional<pid_t> ForkServer::spawn(const Request& request) {
       !write_all(sock_, reinterpret_cast<const char*>(&h) + sent, sizeof(h) - sent, deadline) ||
       !write_all(sock_, body.data(), body.size(), deadline)) {
     fail("cannot send a request");
-    return std::nullopt;
+    return false;
   }
-  int32_t pid = 0;
-  if (!read_int(sock_, &pid, deadline)) {
-    fail("no answer to a request");
-    return std::nullopt;
+  return true;
+}
+
+std::chrono::milliseconds ForkServer::per_request_deadline() const {
+  return max_block_.count() > 0 ? std::min(max_block_, kRequestTimeout) : kRequestTimeout;
+}
+
+bool ForkServer::submit(const Request& request) {
+  if (sock_ < 0 || (!greeted_ && !greet())) return false;
+  if (!send_request(request, Clock::now() + per_request_deadline())) return false;
+  ++submitted_;
+  return true;
+}
+
+std::vector<std::optional<pid_t>> ForkServer::collect() {
+  std::vector<std::optional<pid_t>> pids(submitted_);
+  // Answers come in the order of the requests; each gets its own deadline from the last one.
+  for (size_t i = 0; i < submitted_ && sock_ >= 0; ++i) {
+    int32_t pid = 0;
+    if (!read_int(sock_, &pid, Clock::now() + per_request_deadline())) {
+      fail("no answer to a request");
+      break;
+    }
+    if (pid <= 0) {
+      fail(std::string("fork failed: ") + std::strerror(-pid));
+      break;
+    }
+    pids[i] = static_cast<pid_t>(pid);
   }
-  if (pid <= 0) {
-    fail(std::string("fork failed: ") + std::strerror(-pid));
-    return std::nullopt;
-  }
-  return static_cast<pid_t>(pid);
+  submitted_ = 0;
+  return pids;
+}
+
+std::vector<std::optional<pid_t>> ForkServer::spawn_batch(
+    const std::vector<const Request*>& requests) {
+  std::vector<bool> sent(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) sent[i] = submit(*requests[i]);
+  auto answers = collect();
+  std::vector<std::optional<pid_t>> pids(requests.size());
+  for (size_t i = 0, next = 0; i < requests.size(); ++i)
+    if (sent[i]) pids[i] = answers[next++];
+  return pids;
 }
 
 }  // namespace troupe::agent

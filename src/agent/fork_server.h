@@ -49,7 +49,7 @@ namespace troupe::agent {
 
 // Agent side. One per executable of an agent (fork_server_choice.h). Not thread-safe: the agent's
 // I/O thread only. spawn() blocks that thread for one round trip (two forks in the fork server),
-// bounded by a deadline.
+// bounded by a deadline; spawn_batch() for one round trip and the forks of the whole batch.
 class ForkServer {
  public:
   // Starts `executable` in fork-server mode with `env` (the agent's; "KEY=VALUE"). Never throws;
@@ -88,6 +88,20 @@ class ForkServer {
   // Forks a worker; returns its pid (a child of this process by then, FS-3), or nullopt when the
   // fork server cannot (FS-4; the caller execs instead).
   std::optional<pid_t> spawn(const Request& request);
+  // Forks a worker for each request, in order; the answer at index i is request i's pid, or
+  // nullopt for one the fork server could not fork (the caller execs those). Sends every request
+  // before it reads the first answer, so the fork server forks while the rest are sent and the
+  // caller blocks for about one round trip plus the forks, not one round trip per worker. Blocks
+  // at most the per-request deadline (or max_block) for each send and each answer.
+  std::vector<std::optional<pid_t>> spawn_batch(const std::vector<const Request*>& requests);
+  // spawn_batch in steps, so that the caller can prepare the next worker while this one forks:
+  // submit() sends one request (false: not sent, exec that worker; the request's descriptors
+  // may be closed once it returns), collect() reads the answers of every request submitted
+  // since the last collect(), in order (nullopt: exec that one). The caller must collect()
+  // before it returns to its event loop: until then it does not know the pids of workers that
+  // may already run (and exit, FS-3).
+  bool submit(const Request& request);
+  std::vector<std::optional<pid_t>> collect();
   // The agent reaped `pid`: when it is the fork server, it is gone (and its pid may be reused).
   void on_reaped(pid_t pid);
   pid_t pid() const { return pid_; }
@@ -97,6 +111,10 @@ class ForkServer {
   // Reads the fork server's greeting (bounded by max_block_ and the greeting's deadline); false
   // when it cannot serve this spawn (still starting, or failed).
   bool greet();
+  // Sends one request (fails the fork server when it cannot); false when it was not sent.
+  bool send_request(const Request& request, std::chrono::steady_clock::time_point deadline);
+  // How long one send or one answer may take.
+  std::chrono::milliseconds per_request_deadline() const;
 
   std::string executable_;
   std::vector<std::string> args_;
@@ -106,6 +124,7 @@ class ForkServer {
   int sock_ = -1;
   bool greeted_ = false;
   bool reaped_ = false;
+  size_t submitted_ = 0;  // requests sent whose answers collect() has not read
 };
 
 // The fork server's own side, in the process started by ForkServer (TROUPE_ROLE=forkserver).

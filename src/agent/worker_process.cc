@@ -25,9 +25,27 @@ WorkerProcess::WorkerProcess(asio::io_context& io, WorkerLaunch launch)
 
 WorkerProcess::~WorkerProcess() {
   if (log_fd_ >= 0) ::close(log_fd_);
+  close_pipes();  // prepared but never launched
 }
 
 void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
+  std::optional<ForkServer::Request> request = prepare(std::move(on_ready), std::move(on_exit));
+  std::optional<pid_t> forked;
+  if (request) forked = launch_.fork_server->spawn(*request);  // nullopt: exec
+  launch(forked);
+}
+
+void WorkerProcess::close_pipes() {
+  for (int* fd : {&out_fds_[0], &out_fds_[1], &err_fds_[0], &err_fds_[1], &ready_fds_[0],
+                  &ready_fds_[1], &token_read_fd_})
+    if (*fd >= 0) {
+      ::close(*fd);
+      *fd = -1;
+    }
+}
+
+std::optional<ForkServer::Request> WorkerProcess::prepare(ReadyHandler on_ready,
+                                                          ExitHandler on_exit) {
   on_ready_ = std::move(on_ready);
   on_exit_ = std::move(on_exit);
   // Relative to the logs directory and without following a symbolic link: no one can make the
@@ -39,11 +57,12 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
                                                  " for worker '" + launch_.name +
                                                  "': " + std::strerror(errno));
 
-  int out[2], err[2], ready[2], token[2];
-  process::make_pipe(out);
-  process::make_pipe(err);
-  process::make_pipe(ready);
+  int token[2];
+  process::make_pipe(out_fds_);
+  process::make_pipe(err_fds_);
+  process::make_pipe(ready_fds_);
   process::make_pipe(token);
+  token_read_fd_ = token[0];
   // The token goes through a pipe the worker reads at start-up, never through its environment
   // (which /proc/PID/environ keeps, and which launch wrappers and children see). It fits in the
   // pipe's buffer, so the write does not block.
@@ -52,27 +71,29 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
                        static_cast<ssize_t>(token_line.size());
   ::close(token[1]);
   if (!token_written) {
-    for (int fd : {out[0], out[1], err[0], err[1], ready[0], ready[1], token[0]}) ::close(fd);
+    close_pipes();
     throw Error(ErrorCode::kInternal, "cannot pass the token to worker '" + launch_.name + "'");
   }
-  std::optional<pid_t> forked;
-  if (launch_.fork_server && launch_.wrapper.empty() &&
-      launch_.args == launch_.fork_server->args() &&
-      launch_.executable == launch_.fork_server->executable()) {
-    ForkServer::Request req;
-    req.env = launch_.env;
-    req.env.push_back(std::string(worker_env::kReadyFd) +
-                      "=3");  // the descriptors' numbers in the worker (FS-2)
-    req.env.push_back(std::string(launch_env::kTokenFd) + "=4");
-    char cwd[4096];
-    if (::getcwd(cwd, sizeof(cwd))) req.cwd = cwd;
-    req.stdout_fd = out[1];
-    req.stderr_fd = err[1];
-    req.ready_fd = ready[1];
-    req.token_fd = token[0];
-    req.cgroup_procs_fd = launch_.cgroup_procs_fd;
-    forked = launch_.fork_server->spawn(req);  // nullopt: exec below
-  }
+  if (!launch_.fork_server || !launch_.wrapper.empty() ||
+      launch_.args != launch_.fork_server->args() ||
+      launch_.executable != launch_.fork_server->executable())
+    return std::nullopt;
+  ForkServer::Request req;
+  req.env = launch_.env;
+  req.env.push_back(std::string(worker_env::kReadyFd) +
+                    "=3");  // the descriptors' numbers in the worker (FS-2)
+  req.env.push_back(std::string(launch_env::kTokenFd) + "=4");
+  char cwd[4096];
+  if (::getcwd(cwd, sizeof(cwd))) req.cwd = cwd;
+  req.stdout_fd = out_fds_[1];
+  req.stderr_fd = err_fds_[1];
+  req.ready_fd = ready_fds_[1];
+  req.token_fd = token_read_fd_;
+  req.cgroup_procs_fd = launch_.cgroup_procs_fd;
+  return req;
+}
+
+void WorkerProcess::launch(std::optional<pid_t> forked) {
   if (forked) {
     pid_ = *forked;
     from_fork_server_ = true;
@@ -88,30 +109,28 @@ void WorkerProcess::start(ReadyHandler on_ready, ExitHandler on_exit) {
       opts.args.insert(opts.args.end(), launch_.args.begin(), launch_.args.end());
     }
     opts.env = launch_.env;
-    opts.env.push_back(std::string(worker_env::kReadyFd) + "=" + std::to_string(ready[1]));
-    opts.env.push_back(std::string(launch_env::kTokenFd) + "=" + std::to_string(token[0]));
-    opts.stdout_fd = out[1];
-    opts.stderr_fd = err[1];
-    opts.inherit_fds = {ready[1], token[0]};
+    opts.env.push_back(std::string(worker_env::kReadyFd) + "=" + std::to_string(ready_fds_[1]));
+    opts.env.push_back(std::string(launch_env::kTokenFd) + "=" + std::to_string(token_read_fd_));
+    opts.stdout_fd = out_fds_[1];
+    opts.stderr_fd = err_fds_[1];
+    opts.inherit_fds = {ready_fds_[1], token_read_fd_};
     opts.new_process_group = true;
     opts.parent_death_signal = SIGKILL;
     opts.cgroup_procs_fd = launch_.cgroup_procs_fd;
     try {
       pid_ = process::spawn(opts);
     } catch (...) {
-      for (int fd : {out[0], out[1], err[0], err[1], ready[0], ready[1], token[0]}) ::close(fd);
+      close_pipes();
       throw;
     }
   }
   // An unreaped child (an exec'd one, or a forked one re-parented to us: FS-3): surely ours.
   start_time_ = process::start_time(pid_).value_or(0);
-  ::close(token[0]);
-  ::close(out[1]);
-  ::close(err[1]);
-  ::close(ready[1]);
-  out_.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, out[0]);
-  err_.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, err[0]);
-  ready_pipe_ = std::make_unique<asio::posix::stream_descriptor>(io_, ready[0]);
+  out_.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, out_fds_[0]);
+  err_.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, err_fds_[0]);
+  ready_pipe_ = std::make_unique<asio::posix::stream_descriptor>(io_, ready_fds_[0]);
+  out_fds_[0] = err_fds_[0] = ready_fds_[0] = -1;  // owned by the stream descriptors now
+  close_pipes();                                   // the worker's ends: it has its copies
   read_stream(out_, false);
   read_stream(err_, true);
 

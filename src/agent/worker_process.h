@@ -17,11 +17,10 @@
 #include <string>
 #include <vector>
 
+#include "agent/fork_server.h"
 #include "common/process.h"
 
 namespace troupe::agent {
-
-class ForkServer;
 
 struct WorkerLaunch {
   std::string name;
@@ -60,6 +59,14 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   // Throws Error: kExecutableNotFound, or kInvalidArgument when the log file cannot be opened
   // (e.g. a symbolic link in its place).
   void start(ReadyHandler on_ready, ExitHandler on_exit);
+  // start() in two steps, so that a caller can hand the fork-server requests of many workers
+  // to ForkServer::spawn_batch at once. prepare() opens the log file and makes the pipes
+  // (throws as start() does); it returns the request for launch().fork_server when that can
+  // serve this worker, else nullopt. launch() must follow, once, with the pid the fork server
+  // gave (or nullopt: fork+exec, which throws kExecutableNotFound); the request's descriptors
+  // stay open until then.
+  std::optional<ForkServer::Request> prepare(ReadyHandler on_ready, ExitHandler on_exit);
+  void launch(std::optional<pid_t> forked);
   // Records the wait status from the agent's reaper and reports the exit.
   void on_reaped(int wait_status);
   // SIGTERM to the process group, then SIGKILL after `grace` if it is still there. Both do
@@ -94,6 +101,8 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   void emit_line(const std::string& line, bool is_stderr);
   void consume(Stream& s, size_t n, bool is_stderr);
   void drain_now(Stream& s, bool is_stderr);
+  // Closes whichever of the pipes' descriptors this object still holds itself.
+  void close_pipes();
 
   asio::io_context& io_;
   WorkerLaunch launch_;
@@ -101,6 +110,10 @@ class WorkerProcess : public std::enable_shared_from_this<WorkerProcess> {
   uint64_t start_time_ = 0;
   bool from_fork_server_ = false;
   int log_fd_ = -1;
+  // Between prepare() and launch(): both ends of the output and ready pipes and the token pipe's
+  // read end (-1 once closed or handed to a stream descriptor).
+  int out_fds_[2] = {-1, -1}, err_fds_[2] = {-1, -1}, ready_fds_[2] = {-1, -1};
+  int token_read_fd_ = -1;
   Stream out_, err_;
   std::unique_ptr<asio::posix::stream_descriptor> ready_pipe_;
   std::string ready_buf_;

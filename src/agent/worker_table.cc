@@ -50,7 +50,8 @@ WorkerTable::WorkerTable(asio::io_context& io, WorkerHost host, PortBook& ports,
       fork_server_for_(std::move(fork_server_for)),
       on_exited_(std::move(on_exited)) {}
 
-std::vector<int> WorkerTable::choose_gpus(const control::StartWorker& request) const {
+std::vector<int> WorkerTable::choose_gpus(const control::StartWorker& request,
+                                          const std::vector<int>& also_taken) const {
   std::vector<int> gpus = request.gpus;
   for (int g : gpus) {
     bool declared = false;
@@ -67,6 +68,7 @@ std::vector<int> WorkerTable::choose_gpus(const control::StartWorker& request) c
     for (const auto& [name, w] : workers_)
       if (!w.process->exited())
         for (int g : w.gpus) users[g]++;
+    for (int g : also_taken) users[g]++;
     for (int d : host_.gpu_ids)
       if (users[d] == 0 && static_cast<int64_t>(gpus.size()) < want) gpus.push_back(d);
     if (static_cast<int64_t>(gpus.size()) < want)
@@ -119,35 +121,63 @@ WorkerLaunch WorkerTable::make_launch(const control::StartWorker& request,
 
 void WorkerTable::start(const control::StartWorker& request, const void* owner, LineHandler on_line,
                         StartHandler done) {
+  std::optional<Error> refusal;
+  std::vector<StartItem> one;
+  one.push_back(StartItem{request, owner, std::move(on_line), std::move(done),
+                          [&refusal](const Error& e) { refusal = e; }});
+  start_many(std::move(one));
+  if (refusal) throw *refusal;
+}
+
+// One start of start_many between its steps.
+struct WorkerTable::Prepared {
+  StartItem* item = nullptr;
+  std::shared_ptr<WorkerProcess> proc;
+  Container container;
+  std::vector<int> gpus;
+  std::string unix_ep;
+  std::optional<ForkServer::Request> fork_request;
+  std::optional<pid_t> forked;
+  int64_t fork_batch = 0;  // how many starts its fork server got in the same batch
+  // The start's deadline, running from prepare(), and its answer (null once answered).
+  std::shared_ptr<asio::steady_timer> timer;
+  std::shared_ptr<StartHandler> answer;
+  std::chrono::milliseconds timeout{0};
+};
+
+std::shared_ptr<WorkerProcess> WorkerTable::prepare(StartItem& item, std::vector<Prepared>& batch,
+                                                    Prepared& p) {
+  const control::StartWorker& request = item.request;
   const std::string& name = request.name;
   if (name.empty()) throw Error(ErrorCode::kInvalidArgument, "a worker needs a name");
   if (!fs::valid_component(name))
     throw Error(ErrorCode::kInvalidArgument, "bad worker name '" + name +
                                                  "': it names the log file, so it must not be "
                                                  "'.', '..' or hold '/' or control characters");
+  std::vector<int> batch_gpus;
+  for (const auto& other : batch) {
+    if (other.item->request.name == name)
+      throw Error(ErrorCode::kInvalidArgument, "a worker named '" + name + "' is running");
+    batch_gpus.insert(batch_gpus.end(), other.gpus.begin(), other.gpus.end());
+  }
   if (workers_.count(name))
     throw Error(ErrorCode::kInvalidArgument, "a worker named '" + name + "' is running");
-  std::vector<int> gpus = choose_gpus(request);
-  std::string unix_ep = "unix:" + host_.socket_dir + "/" + host_.host_name + "-w" +
-                        std::to_string(next_socket_++) + ".sock";
-  if (host_.stacks_dir_fd >= 0) {
-    call_status::create(host_.stacks_dir_fd, name + ".status",
-                        host_.session_dir + "/stacks/" + name + ".status");
-    call_status::create(host_.stacks_dir_fd, name + ".pystacks",
-                        host_.session_dir + "/stacks/" + name + ".pystacks");
-  }
-  Container container = containment_.open();
-  WorkerLaunch launch = make_launch(request, gpus, unix_ep, container.id, std::move(on_line));
-  launch.cgroup_procs_fd = container.procs.get();
+  p.gpus = choose_gpus(request, batch_gpus);
+  p.unix_ep = "unix:" + host_.socket_dir + "/" + host_.host_name + "-w" +
+              std::to_string(next_socket_++) + ".sock";
+  p.container = containment_.open();
+  WorkerLaunch launch =
+      make_launch(request, p.gpus, p.unix_ep, p.container.id, std::move(item.on_line));
+  launch.cgroup_procs_fd = p.container.procs.get();
   const std::string log_path = launch.log_path;
 
   auto proc = std::make_shared<WorkerProcess>(io_, std::move(launch));
-  auto timeout = std::chrono::milliseconds(request.start_timeout_ms);
-  auto timer = std::make_shared<asio::steady_timer>(io_, timeout);
-  auto answer = std::make_shared<StartHandler>(std::move(done));  // null once answered
+  p.timeout = std::chrono::milliseconds(request.start_timeout_ms);
+  auto timer = p.timer = std::make_shared<asio::steady_timer>(io_, p.timeout);
+  auto answer = p.answer = std::make_shared<StartHandler>(std::move(item.done));
   // The handlers live in the WorkerProcess: they hold it weakly, never in a cycle.
   std::weak_ptr<WorkerProcess> weak = proc;
-  auto on_ready = [this, name, weak, unix_ep, gpus, timer, answer,
+  auto on_ready = [this, name, weak, unix_ep = p.unix_ep, gpus = p.gpus, timer, answer,
                    log_path](std::optional<std::string> line) {
     auto proc = weak.lock();
     if (!*answer || !proc) return;
@@ -180,24 +210,77 @@ void WorkerTable::start(const control::StartWorker& request, const void* owner, 
     exited(name, proc, s);
   };
   try {
-    proc->start(on_ready, on_exit);  // throws kExecutableNotFound
+    p.fork_request = proc->prepare(on_ready, on_exit);
   } catch (...) {
-    containment_.end(container.id);  // empty: nothing joined it
-    throw;                           // WT-1: the ports stay guarded
+    containment_.end(p.container.id);  // empty: nothing joined it
+    throw;                             // WT-1: the ports stay guarded
   }
-  container.procs.reset();
+  return proc;
+}
+
+void WorkerTable::finish(Prepared& p) {
+  const control::StartWorker& request = p.item->request;
+  const std::string name = request.name;
+  try {
+    p.proc->launch(p.forked);  // throws kExecutableNotFound
+  } catch (...) {
+    containment_.end(p.container.id);  // empty: nothing joined it
+    throw;                             // WT-1: the ports stay guarded
+  }
+  p.container.procs.reset();
   ports_.take(request.take_ports);  // WT-1: the worker exists now; it may bind them
-  workers_[name] = Running{proc, gpus, {}, unix_path(unix_ep), container.id, owner};
-  timer->async_wait([this, answer, proc, name, timeout](const asio::error_code& ec) {
-    if (ec || !*answer) return;
-    Error e(ErrorCode::kTimeout, "worker '" + name + "' on " + host_.host_name +
-                                     " was not ready within " + std::to_string(timeout.count()) +
-                                     " ms; killed");
-    auto handler = std::move(*answer);
-    *answer = nullptr;
-    handler(nullptr, &e);
-    proc->kill_now();
-  });
+  auto proc = p.proc;
+  Running running{proc, p.gpus, {}, unix_path(p.unix_ep), p.container.id, p.item->owner};
+  running.fork_batch = p.fork_batch;
+  workers_[name] = std::move(running);
+  p.timer->async_wait(
+      [this, answer = p.answer, proc, name, timeout = p.timeout](const asio::error_code& ec) {
+        if (ec || !*answer) return;
+        Error e(ErrorCode::kTimeout, "worker '" + name + "' on " + host_.host_name +
+                                         " was not ready within " +
+                                         std::to_string(timeout.count()) + " ms; killed");
+        auto handler = std::move(*answer);
+        *answer = nullptr;
+        handler(nullptr, &e);
+        proc->kill_now();
+      });
+}
+
+void WorkerTable::start_many(std::vector<StartItem> items) {
+  std::vector<Prepared> batch;
+  batch.reserve(items.size());
+  // Each fork server gets a worker's request as soon as it is prepared, so it forks that worker
+  // while the next is prepared; the answers are read once all were sent.
+  std::map<ForkServer*, std::vector<Prepared*>> submitted;
+  for (auto& item : items) {
+    Prepared p;
+    p.item = &item;
+    try {
+      p.proc = prepare(item, batch, p);
+    } catch (const Error& e) {
+      item.refused(e);
+      continue;
+    }
+    batch.push_back(std::move(p));
+    Prepared& added = batch.back();
+    ForkServer* server = added.proc->launch().fork_server;
+    if (added.fork_request && server->submit(*added.fork_request))
+      submitted[server].push_back(&added);
+  }
+  for (auto& [server, starts] : submitted) {
+    auto pids = server->collect();
+    for (size_t i = 0; i < starts.size(); ++i) {
+      starts[i]->forked = pids[i];
+      if (pids[i]) starts[i]->fork_batch = static_cast<int64_t>(starts.size());
+    }
+  }
+  for (auto& p : batch) {
+    try {
+      finish(p);
+    } catch (const Error& e) {
+      p.item->refused(e);
+    }
+  }
 }
 
 void WorkerTable::stop(const std::string& name, std::chrono::milliseconds grace,
@@ -279,6 +362,7 @@ Array WorkerTable::list() const {
                       {"group", env_of(w.process->launch(), group_env::kGroup)},
                       {"rank", env_of(w.process->launch(), group_env::kRank)},
                       {"launch", w.process->from_fork_server() ? "fork_server" : "exec"},
+                      {"fork_batch", w.fork_batch},
                       {"tcp", w.tcp_endpoint},
                       {"call", call},
                       {"call_ms", call_ms}});

@@ -52,7 +52,8 @@ struct WorkerHost {
   std::vector<int> gpu_ids;  // declared GPUs
   int logs_dir_fd = -1;      // session_dir/logs, not owned
   // session_dir/stacks, not owned: each running worker's call-status page (NAME.status) and
-  // Python stack file (NAME.pystacks), removed when it exits; -1: none.
+  // Python stack file (NAME.pystacks), which the worker creates at its start and the agent
+  // removes when it exits; -1: none.
   int stacks_dir_fd = -1;
 };
 
@@ -79,6 +80,20 @@ class WorkerTable {
   // executable: kExecutableNotFound), with its ports still guarded (WT-1).
   void start(const control::StartWorker& request, const void* owner, LineHandler on_line,
              StartHandler done);
+  // One start of start_many: start()'s arguments, and `refused`, called (before start_many
+  // returns) instead of throwing, with its ports still guarded (WT-1); `done` is then never
+  // called.
+  struct StartItem {
+    control::StartWorker request;
+    const void* owner = nullptr;
+    LineHandler on_line;
+    StartHandler done;
+    std::function<void(const Error&)> refused;
+  };
+  // Starts several workers as start() each would, in order (a later one sees the names and GPUs
+  // of the earlier ones), handing each fork server its workers' requests in one batch
+  // (ForkServer::spawn_batch): the I/O thread blocks once for the batch, not per worker.
+  void start_many(std::vector<StartItem> items);
   // Stops a running worker (SIGTERM to its group, SIGKILL after `grace`); `done` gets its exit
   // status once reaped. For a remembered exit, `done` runs at once. Throws kInvalidArgument
   // for a name it does not know.
@@ -94,7 +109,7 @@ class WorkerTable {
 
   bool empty() const { return workers_.empty(); }
   size_t size() const { return workers_.size(); }
-  // [{name, pid, alive, group, rank, launch, call, call_ms}] of running workers, then [{name,
+  // [{name, pid, alive, group, rank, launch, fork_batch, call, call_ms}] of running workers, then [{name,
   // pid, alive, group}] of remembered exits. `call` is the method the worker runs now and
   // `call_ms` for how long, from its call-status page (common/call_status.h): "" and 0 when it is
   // idle, has no page (stacks_dir_fd -1) or the page could not be read.
@@ -109,7 +124,9 @@ class WorkerTable {
   // Resident memory of each running worker's process group.
   std::map<std::string, int64_t> memory() const;
   // The GPUs a start of `request` would get (throws kResourceUnavailable as start does).
-  std::vector<int> choose_gpus(const control::StartWorker& request) const;
+  // `also_taken`: GPUs booked by starts not in the table yet (start_many's earlier ones).
+  std::vector<int> choose_gpus(const control::StartWorker& request,
+                               const std::vector<int>& also_taken = {}) const;
 
  private:
   struct Running {
@@ -120,6 +137,8 @@ class WorkerTable {
     std::string container;  // its id (containment.h)
     const void* owner = nullptr;
     std::string tcp_endpoint{};  // "tcp:HOST:PORT" it listens on, once ready
+    // How many workers its fork server was asked for in the batch that forked it (0: exec'd).
+    int64_t fork_batch = 0;
   };
   struct Exit {
     std::string name;
@@ -128,6 +147,12 @@ class WorkerTable {
     std::string status;
   };
 
+  struct Prepared;
+  // start_many's steps for one start: everything up to the fork (throws as start() does), then
+  // the launch and the table's entry (throws kExecutableNotFound).
+  std::shared_ptr<WorkerProcess> prepare(StartItem& item, std::vector<Prepared>& batch,
+                                         Prepared& p);
+  void finish(Prepared& p);
   WorkerLaunch make_launch(const control::StartWorker& request, const std::vector<int>& gpus,
                            const std::string& unix_ep, const std::string& container,
                            LineHandler on_line) const;

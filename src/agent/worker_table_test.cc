@@ -14,9 +14,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "agent/fork_server.h"
 #include "agent/port_book.h"
 #include "common/call_status.h"
 #include "common/env.h"
@@ -318,6 +323,131 @@ TEST_F(WorkerTableTest, ListShowsTheCurrentCallAndItsAge) {
   EXPECT_EQ(call, "train_step");
   EXPECT_LT(ms, 10000);
   EXPECT_EQ(call_of("idle"), (std::pair<std::string, int64_t>{"", 0}));
+}
+
+}  // namespace
+
+namespace {
+
+// The parent of `pid`, from /proc/PID/stat (-1 when it cannot be read).
+pid_t parent_of(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream rest(stat.substr(paren + 1));
+  std::string state;
+  pid_t ppid = -1;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+WorkerTable::StartItem start_item(control::StartWorker request, WorkerTable::StartHandler done,
+                                  std::optional<Error>* refused) {
+  WorkerTable::StartItem item;
+  item.request = std::move(request);
+  item.done = std::move(done);
+  item.refused = [refused](const Error& e) { *refused = e; };
+  return item;
+}
+
+// start_many takes each start as start() would, in order: a later start sees the names and GPUs
+// of the earlier ones of its batch. Host-t declares GPUs 0, 1, 2: "two" takes 0 and 1, "one"
+// takes 2, then "two" again is a name in use and "late" finds no GPU left; refusals are
+// reported before start_many returns, and the others start.
+TEST_F(WorkerTableTest, StartManySeesTheEarlierStartsOfItsBatch) {
+  auto two = request("two", "ready");
+  two.num_gpus = 2;
+  auto one = request("one", "ready");
+  one.num_gpus = 1;
+  auto again = request("two", "ready");
+  auto late = request("late", "ready");
+  late.num_gpus = 1;
+  Outcome out_two, out_one, out_again, out_late;
+  std::optional<Error> refused_two, refused_one, refused_again, refused_late;
+  std::vector<WorkerTable::StartItem> items;
+  items.push_back(start_item(two, record(&out_two), &refused_two));
+  items.push_back(start_item(one, record(&out_one), &refused_one));
+  items.push_back(start_item(again, record(&out_again), &refused_again));
+  items.push_back(start_item(late, record(&out_late), &refused_late));
+  table_->start_many(std::move(items));
+  ASSERT_TRUE(refused_again);
+  EXPECT_EQ(refused_again->code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(refused_again->message(), "a worker named 'two' is running");
+  ASSERT_TRUE(refused_late);
+  EXPECT_EQ(refused_late->code(), ErrorCode::kResourceUnavailable);
+  EXPECT_EQ(refused_late->message(), "asked for 1 GPUs on host-t, which has 3 (0 free)");
+  EXPECT_FALSE(refused_two || refused_one);
+  ASSERT_TRUE(run_until([&] { return out_two.done && out_one.done; }));
+  ASSERT_TRUE(out_two.reply && out_one.reply);
+  EXPECT_EQ(out_two.reply->gpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(out_one.reply->gpus, (std::vector<int>{2}));
+  EXPECT_FALSE(out_again.done || out_late.done);  // refused: `done` never runs
+  EXPECT_EQ(table_->size(), 2u);
+  // The refused ones opened no container, or ended the one they opened.
+  EXPECT_EQ(containment_.opened.size(), 2u);
+}
+
+// A table whose workers of this binary come from a real fork server of it (fork_server.h).
+class ForkedWorkerTableTest : public WorkerTableTest {
+ protected:
+  ForkedWorkerTableTest() {
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    fork_server_ = std::make_unique<troupe::agent::ForkServer>(troupe::env::self_executable(), env);
+    WorkerHost host;
+    host.host_name = "host-f";
+    host.address = "127.0.0.1";
+    host.session_dir = dir_;
+    host.socket_dir = dir_;
+    host.token = "t";
+    host.log_to_terminal = false;
+    host.logs_dir_fd = logs_;
+    host.stacks_dir_fd = stacks_;
+    table_ = std::make_unique<WorkerTable>(
+        io_, host, ports_, containment_,
+        [this](const std::string& exe, const control::StartWorker&) {
+          return exe == fork_server_->executable() ? fork_server_.get() : nullptr;
+        },
+        [this](const control::WorkerExited& e) { exits_.push_back(e); });
+  }
+  std::unique_ptr<troupe::agent::ForkServer> fork_server_;
+};
+
+// Starts that come together go to the fork server in one batch (ForkServer::spawn_batch): each
+// worker is forked (list: launch "fork_server", fork_batch 6), is a child of this process with
+// its own pid, and becomes ready.
+TEST_F(ForkedWorkerTableTest, StartManyForksTheWholeBatch) {
+  constexpr size_t kWorkers = 6;
+  std::vector<Outcome> outs(kWorkers);
+  std::vector<std::optional<Error>> refused(kWorkers);
+  std::vector<WorkerTable::StartItem> items;
+  for (size_t i = 0; i < kWorkers; ++i)
+    items.push_back(
+        start_item(request("f" + std::to_string(i), "ready"), record(&outs[i]), &refused[i]));
+  table_->start_many(std::move(items));
+  ASSERT_TRUE(run_until([&] {
+    for (const auto& o : outs)
+      if (!o.done) return false;
+    return true;
+  }));
+  std::set<int64_t> pids;
+  for (size_t i = 0; i < kWorkers; ++i) {
+    EXPECT_FALSE(refused[i]) << refused[i]->message();
+    ASSERT_TRUE(outs[i].reply) << (outs[i].error ? outs[i].error->message() : "");
+    pids.insert(outs[i].reply->pid);
+    EXPECT_EQ(parent_of(static_cast<pid_t>(outs[i].reply->pid)), ::getpid()) << "worker f" << i;
+  }
+  EXPECT_EQ(pids.size(), kWorkers);
+  size_t listed = 0;
+  for (const auto& w : table_->list()) {
+    const troupe::Value* name = w.find("name");
+    if (!name || name->as_string().rfind("f", 0) != 0) continue;
+    ++listed;
+    EXPECT_EQ(w.find("launch")->as_string(), "fork_server") << name->as_string();
+    EXPECT_EQ(w.find("fork_batch")->as_int(), static_cast<int64_t>(kWorkers)) << name->as_string();
+  }
+  EXPECT_EQ(listed, kWorkers);
 }
 
 }  // namespace

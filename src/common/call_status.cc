@@ -46,8 +46,8 @@ Error io_error(const std::string& what, const std::string& path) {
 }  // namespace
 
 void open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) throw io_error("cannot open", path);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw io_error("cannot create", path);
   void* mem = nullptr;
   if (::ftruncate(fd, kPageBytes) == 0)
     mem = ::mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -81,13 +81,6 @@ void end() {
   std::atomic_thread_fence(std::memory_order_release);
   p->method_len.store(0, std::memory_order_relaxed);
   p->seq.store(s + 2, std::memory_order_release);
-}
-
-void create(int dir_fd, const std::string& name, const std::string& path_for_errors) {
-  int fd =
-      ::openat(dir_fd, name.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) throw io_error("cannot create", path_for_errors);
-  ::close(fd);
 }
 
 std::optional<Snapshot> read(int dir_fd, const std::string& name, std::string& why) {

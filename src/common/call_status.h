@@ -32,8 +32,9 @@ struct Snapshot {
 };
 
 // The worker's side. Process-wide; begin/end do nothing until open() mapped a page.
-// Opens the existing file `path` (created by the agent), sizes and maps it. Throws Error naming
-// the path when it cannot.
+// Creates (truncates) the file `path` in the agent's stacks directory without following a
+// symbolic link, sizes and maps it. The worker makes its own page, so that an agent's start
+// creates no file for it but its log. Throws Error naming the path when it cannot.
 void open(const std::string& path);
 // CS-1: from the thread that runs the call.
 void begin(std::string_view method);
@@ -48,9 +49,7 @@ class Scope {
   Scope& operator=(const Scope&) = delete;
 };
 
-// The agent's side: creates (truncates) the page file `name` in the directory `dir_fd`, without
-// following a symbolic link. Throws Error naming `path_for_errors`.
-void create(int dir_fd, const std::string& name, const std::string& path_for_errors);
+// The agent's side.
 // Reads the page; nullopt when it is absent, never written (the worker did not start its
 // runtime yet) or busy (CS-2). `why` says which.
 std::optional<Snapshot> read(int dir_fd, const std::string& name, std::string& why);
