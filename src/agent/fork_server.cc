@@ -287,7 +287,13 @@ std::chrono::milliseconds ForkServer::per_request_deadline() const {
 }
 
 bool ForkServer::submit(const Request& request) {
-  if (sock_ < 0 || (!greeted_ && !greet())) return false;
+  if (sock_ < 0 || still_starting_in_batch_) return false;
+  if (!greeted_ && !greet()) {
+    // Still starting after max_block: the rest of this batch is exec'd without waiting again,
+    // so one batch blocks the caller for max_block once, not once per worker.
+    still_starting_in_batch_ = sock_ >= 0;
+    return false;
+  }
   if (!send_request(request, Clock::now() + per_request_deadline())) return false;
   ++submitted_;
   return true;
@@ -309,6 +315,7 @@ std::vector<std::optional<pid_t>> ForkServer::collect() {
     pids[i] = static_cast<pid_t>(pid);
   }
   submitted_ = 0;
+  still_starting_in_batch_ = false;
   return pids;
 }
 

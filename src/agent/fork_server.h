@@ -99,7 +99,8 @@ class ForkServer {
   // may be closed once it returns), collect() reads the answers of every request submitted
   // since the last collect(), in order (nullopt: exec that one). The caller must collect()
   // before it returns to its event loop: until then it does not know the pids of workers that
-  // may already run (and exit, FS-3).
+  // may already run (and exit, FS-3). While the fork server is still starting, the first
+  // submit() of a batch waits up to max_block for its greeting and the others do not wait.
   bool submit(const Request& request);
   std::vector<std::optional<pid_t>> collect();
   // The agent reaped `pid`: when it is the fork server, it is gone (and its pid may be reused).
@@ -125,6 +126,8 @@ class ForkServer {
   bool greeted_ = false;
   bool reaped_ = false;
   size_t submitted_ = 0;  // requests sent whose answers collect() has not read
+  // A submit() since the last collect() found it still starting (max_block passed).
+  bool still_starting_in_batch_ = false;
 };
 
 // The fork server's own side, in the process started by ForkServer (TROUPE_ROLE=forkserver).

@@ -264,8 +264,10 @@ void WorkerTable::start_many(std::vector<StartItem> items) {
     batch.push_back(std::move(p));
     Prepared& added = batch.back();
     ForkServer* server = added.proc->launch().fork_server;
-    if (added.fork_request && server->submit(*added.fork_request))
-      submitted[server].push_back(&added);
+    if (added.fork_request) {
+      auto& sent = submitted[server];  // collect() below ends the batch of every server asked
+      if (server->submit(*added.fork_request)) sent.push_back(&added);
+    }
   }
   for (auto& [server, starts] : submitted) {
     auto pids = server->collect();
