@@ -109,8 +109,8 @@ class WorkerTable {
 
   bool empty() const { return workers_.empty(); }
   size_t size() const { return workers_.size(); }
-  // [{name, pid, alive, group, rank, launch, fork_batch, call, call_ms}] of running workers, then [{name,
-  // pid, alive, group}] of remembered exits. `call` is the method the worker runs now and
+  // [{name, pid, alive, group, rank, launch, fork_batch, call, call_ms}] of running workers, then
+  // [{name, pid, alive, group}] of remembered exits. `call` is the method the worker runs now and
   // `call_ms` for how long, from its call-status page (common/call_status.h): "" and 0 when it is
   // idle, has no page (stacks_dir_fd -1) or the page could not be read.
   Array list() const;

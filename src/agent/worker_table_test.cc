@@ -100,16 +100,8 @@ class WorkerTableTest : public testing::Test {
     logs_ = ::open((dir_ + "/logs").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     ::mkdir((dir_ + "/stacks").c_str(), 0700);
     stacks_ = ::open((dir_ + "/stacks").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    WorkerHost host;
-    host.host_name = "host-t";
-    host.address = "127.0.0.1";
-    host.session_dir = dir_;
-    host.socket_dir = dir_;
-    host.token = "t";
-    host.log_to_terminal = false;
+    WorkerHost host = host_named("host-t");
     host.gpu_ids = {0, 1, 2};
-    host.logs_dir_fd = logs_;
-    host.stacks_dir_fd = stacks_;
     table_ = std::make_unique<WorkerTable>(
         io_, host, ports_, containment_, nullptr,
         [this](const control::WorkerExited& e) { exits_.push_back(e); });
@@ -138,6 +130,20 @@ class WorkerTableTest : public testing::Test {
       }
     }
     return true;
+  }
+
+  // A host of the table's directories, without GPUs.
+  WorkerHost host_named(const std::string& name) const {
+    WorkerHost host;
+    host.host_name = name;
+    host.address = "127.0.0.1";
+    host.session_dir = dir_;
+    host.socket_dir = dir_;
+    host.token = "t";
+    host.log_to_terminal = false;
+    host.logs_dir_fd = logs_;
+    host.stacks_dir_fd = stacks_;
+    return host;
   }
 
   control::StartWorker request(const std::string& name, const std::string& mode) {
@@ -395,17 +401,8 @@ class ForkedWorkerTableTest : public WorkerTableTest {
     std::vector<std::string> env;
     for (char** e = environ; *e; ++e) env.emplace_back(*e);
     fork_server_ = std::make_unique<troupe::agent::ForkServer>(troupe::env::self_executable(), env);
-    WorkerHost host;
-    host.host_name = "host-f";
-    host.address = "127.0.0.1";
-    host.session_dir = dir_;
-    host.socket_dir = dir_;
-    host.token = "t";
-    host.log_to_terminal = false;
-    host.logs_dir_fd = logs_;
-    host.stacks_dir_fd = stacks_;
     table_ = std::make_unique<WorkerTable>(
-        io_, host, ports_, containment_,
+        io_, host_named("host-f"), ports_, containment_,
         [this](const std::string& exe, const control::StartWorker&) {
           return exe == fork_server_->executable() ? fork_server_.get() : nullptr;
         },
