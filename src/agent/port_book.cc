@@ -97,6 +97,13 @@ void PortBook::take(const std::vector<int>& ports) {
   }
 }
 
+void PortBook::guard_again(const std::vector<int>& ports) {
+  for (int port : ports) {
+    auto it = ports_.find(port);
+    if (it != ports_.end() && it->second.fd < 0) it->second.fd = bind_port(port);
+  }
+}
+
 size_t PortBook::release(const std::string& owner) {
   size_t n = 0;
   for (auto it = ports_.begin(); it != ports_.end();) {

@@ -29,7 +29,11 @@ class PortBook {
   // many were found, with nothing reserved.
   std::vector<int> reserve(const std::string& owner, int count, int lo, int hi);
   // Stops holding `ports` so that the starting worker can bind them; they stay reserved.
+  // Called before the worker's process exists, since a worker may bind them at once.
   void take(const std::vector<int>& ports);
+  // Binds taken `ports` again after the start that took them failed. A port some other process
+  // bound in between stays reserved and claimed, only unguarded.
+  void guard_again(const std::vector<int>& ports);
   // Releases every port of `owner`; returns how many.
   size_t release(const std::string& owner);
   size_t reserved() const { return ports_.size(); }

@@ -221,14 +221,15 @@ std::shared_ptr<WorkerProcess> WorkerTable::prepare(StartItem& item, std::vector
 void WorkerTable::finish(Prepared& p) {
   const control::StartWorker& request = p.item->request;
   const std::string name = request.name;
+  ports_.take(request.take_ports);  // the worker may bind them as soon as it runs
   try {
     p.proc->launch(p.forked);  // throws kExecutableNotFound
   } catch (...) {
-    containment_.end(p.container.id);  // empty: nothing joined it
-    throw;                             // WT-1: the ports stay guarded
+    ports_.guard_again(request.take_ports);  // WT-1: no worker, so the ports stay guarded
+    containment_.end(p.container.id);        // empty: nothing joined it
+    throw;
   }
   p.container.procs.reset();
-  ports_.take(request.take_ports);  // WT-1: the worker exists now; it may bind them
   auto proc = p.proc;
   Running running{proc, p.gpus, {}, unix_path(p.unix_ep), p.container.id, p.item->owner};
   running.fork_batch = p.fork_batch;
@@ -265,7 +266,8 @@ void WorkerTable::start_many(std::vector<StartItem> items) {
     Prepared& added = batch.back();
     ForkServer* server = added.proc->launch().fork_server;
     if (added.fork_request) {
-      auto& sent = submitted[server];  // collect() below ends the batch of every server asked
+      auto& sent = submitted[server];        // collect() below ends the batch of every server asked
+      ports_.take(item.request.take_ports);  // the fork server may fork and run it at once
       if (server->submit(*added.fork_request)) sent.push_back(&added);
     }
   }

@@ -7,8 +7,10 @@
 //
 // Invariants (besides containment.h's CT-1..CT-5, which it applies to each worker):
 //   WT-1 Ports stay guarded until the worker runs: the agent stops holding a start's take_ports
-//        only once the worker process exists (it was exec'd or forked); a start that fails
-//        before leaves them bound by the agent, and reserved, until their owner releases them.
+//        just before it makes the worker's process (or asks a fork server to), since a worker
+//        may bind them at once; a start that fails binds them again, so they stay guarded and
+//        reserved until their owner releases them (one another process bound in between stays
+//        reserved, only unguarded).
 //   WT-2 One exit, one report: each worker's exit is reported once (on_exited), after it was
 //        reaped and its output read; a stop waiter gets the status the worker exited with.
 //   WT-3 Bounded memory: an exited worker is forgotten (log, pipes, socket closed) but for its
