@@ -124,6 +124,7 @@ void WorkerProcess::launch(std::optional<pid_t> forked) {
       throw;
     }
   }
+  std::vector<std::string>().swap(launch_.env);  // the worker has its own copy now
   // An unreaped child (an exec'd one, or a forked one re-parented to us: FS-3): surely ours.
   start_time_ = process::start_time(pid_).value_or(0);
   out_.pipe = std::make_unique<asio::posix::stream_descriptor>(io_, out_fds_[0]);

@@ -222,6 +222,8 @@ void WorkerTable::finish(Prepared& p) {
   const control::StartWorker& request = p.item->request;
   const std::string name = request.name;
   ports_.take(request.take_ports);  // the worker may bind them as soon as it runs
+  std::string group = env_of(p.proc->launch(), group_env::kGroup);
+  std::string rank = env_of(p.proc->launch(), group_env::kRank);  // launch() empties the env
   try {
     p.proc->launch(p.forked);  // throws kExecutableNotFound
   } catch (...) {
@@ -233,6 +235,8 @@ void WorkerTable::finish(Prepared& p) {
   auto proc = p.proc;
   Running running{proc, p.gpus, {}, unix_path(p.unix_ep), p.container.id, p.item->owner};
   running.fork_batch = p.fork_batch;
+  running.group = std::move(group);
+  running.rank = std::move(rank);
   workers_[name] = std::move(running);
   p.timer->async_wait(
       [this, answer = p.answer, proc, name, timeout = p.timeout](const asio::error_code& ec) {
@@ -335,6 +339,7 @@ void WorkerTable::exited(const std::string& name, const std::shared_ptr<WorkerPr
   auto it = workers_.find(name);
   if (it == workers_.end() || it->second.process != proc) return;
   auto waiters = std::move(it->second.stop_waiters);
+  std::string group = std::move(it->second.group);
   // Forget it: the process object closes its log and pipes once their last reads ran. A worker
   // killed with SIGKILL could not remove its socket.
   ::unlink(it->second.socket_path.c_str());
@@ -343,8 +348,7 @@ void WorkerTable::exited(const std::string& name, const std::shared_ptr<WorkerPr
     ::unlinkat(host_.stacks_dir_fd, (name + ".status").c_str(), 0);
     ::unlinkat(host_.stacks_dir_fd, (name + ".pystacks").c_str(), 0);
   }
-  exits_.push_back(
-      Exit{name, env_of(proc->launch(), group_env::kGroup), proc->pid(), s.describe()});
+  exits_.push_back(Exit{name, std::move(group), proc->pid(), s.describe()});
   if (exits_.size() > kExitsKept) exits_.pop_front();
   for (const auto& waiter : waiters) waiter(s.describe());
 }
@@ -363,8 +367,8 @@ Array WorkerTable::list() const {
     out.push_back(Map{{"name", name},
                       {"pid", static_cast<int64_t>(w.process->pid())},
                       {"alive", !w.process->exited()},
-                      {"group", env_of(w.process->launch(), group_env::kGroup)},
-                      {"rank", env_of(w.process->launch(), group_env::kRank)},
+                      {"group", w.group},
+                      {"rank", w.rank},
                       {"launch", w.process->from_fork_server() ? "fork_server" : "exec"},
                       {"fork_batch", w.fork_batch},
                       {"tcp", w.tcp_endpoint},
@@ -418,8 +422,8 @@ std::vector<StackTarget> WorkerTable::stack_targets(const std::vector<std::strin
     StackTarget t;
     t.labels.name = name;
     t.labels.host = host_.host_name;
-    t.labels.group = env_of(w.process->launch(), group_env::kGroup);
-    const std::string rank = env_of(w.process->launch(), group_env::kRank);
+    t.labels.group = w.group;
+    const std::string& rank = w.rank;
     t.labels.rank = -1;
     if (!rank.empty() && rank.find_first_not_of("0123456789") == std::string::npos &&
         rank.size() < 10)

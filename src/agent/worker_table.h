@@ -138,6 +138,7 @@ class WorkerTable {
     std::string socket_path;
     std::string container;  // its id (containment.h)
     const void* owner = nullptr;
+    std::string group, rank;     // its TROUPE_GROUP and RANK, empty when unset
     std::string tcp_endpoint{};  // "tcp:HOST:PORT" it listens on, once ready
     // How many workers its fork server was asked for in the batch that forked it (0: exec'd).
     int64_t fork_batch = 0;
