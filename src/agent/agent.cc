@@ -10,6 +10,8 @@
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
 #include <cstdio>
+#include <deque>
+#include <map>
 #include <thread>
 
 #include "agent/agent_metrics.h"
@@ -242,6 +244,7 @@ class Agent {
     h.on_close = [this, peer, key](const Error& reason) {
       clients_.erase(*peer);
       store_->release_client(*key);
+      shared_envs_.erase(*key);
       if (config_.standing) stop_workers_of(peer->lock().get(), reason);
     };
     auto p = transport::RpcPeer::attach(c, wire::FrameLimits{}, std::move(h));
@@ -339,8 +342,15 @@ class Agent {
   // request that came in the same read (they are parsed in one go), so the fork server gets
   // them as one batch. Any other request flushes the queue first: requests still take effect
   // in the order they came.
-  void start_worker(const control::StartWorker& request, const transport::Responder& resp,
+  void start_worker(control::StartWorker request, const transport::Responder& resp,
                     const std::weak_ptr<transport::RpcPeer>& owner) {
+    if (!request.shared_env_id.empty() && !add_shared_env(request, owner.lock().get()))
+      return resp.fail(request_error(
+          control::StartWorker::kMethod,
+          Error(ErrorCode::kInvalidArgument,
+                "worker '" + request.name + "' names shared environment '" + request.shared_env_id +
+                    "', which this connection did not send among its last " +
+                    std::to_string(control::StartWorker::kSharedEnvsKept))));
     WorkerTable::LineHandler on_line;
     if (config_.standing && request.log_to_terminal)
       on_line = [owner, name = request.name](const std::string& line, bool is_stderr) {
@@ -351,9 +361,9 @@ class Agent {
     auto owner_peer = owner.lock();
     if (metrics_) metrics_->on_start_requested();
     WorkerTable::StartItem item;
-    item.request = request;
     // A detached worker has no owner: no driver's leaving stops it (stop_workers_of).
     item.owner = request.detached ? nullptr : owner_peer.get();
+    item.request = std::move(request);
     item.on_line = std::move(on_line);
     item.done = [this, resp](const control::StartWorkerReply* reply, const Error* e) {
       if (metrics_) {
@@ -371,6 +381,28 @@ class Agent {
     };
     pending_starts_.push_back(std::move(item));
     if (pending_starts_.size() == 1) asio::post(io_, [this] { flush_starts(); });
+  }
+
+  // Puts the shared variables the start names into its env (over env's), keeping or refreshing
+  // what its connection sent as the sender does (StartWorker::kSharedEnvsKept). False when the
+  // connection never sent them.
+  bool add_shared_env(control::StartWorker& request, const void* connection) {
+    auto& recent = shared_envs_[connection];
+    auto known = std::find_if(recent.begin(), recent.end(),
+                              [&](const auto& e) { return e.first == request.shared_env_id; });
+    std::shared_ptr<const std::map<std::string, std::string>> vars;
+    if (!request.shared_env.empty())
+      vars =
+          std::make_shared<const std::map<std::string, std::string>>(std::move(request.shared_env));
+    else if (known != recent.end())
+      vars = known->second;
+    if (known != recent.end()) recent.erase(known);
+    if (!vars) return false;
+    recent.emplace_back(request.shared_env_id, vars);
+    if (recent.size() > control::StartWorker::kSharedEnvsKept) recent.pop_front();
+    for (const auto& [k, v] : *vars) request.env[k] = v;
+    request.shared_env.clear();
+    return true;
   }
 
   void flush_starts() {
@@ -462,6 +494,12 @@ class Agent {
   std::unique_ptr<Containment> containment_;
   std::unique_ptr<WorkerTable> table_;  // after what it refers to: destroyed before them
   std::vector<WorkerTable::StartItem> pending_starts_;  // start_worker's queue
+  // Per client connection (null: the head's), the shared environments it named last, oldest
+  // first (add_shared_env); dropped when it closes.
+  std::map<
+      const void*,
+      std::deque<std::pair<std::string, std::shared_ptr<const std::map<std::string, std::string>>>>>
+      shared_envs_;
   StackSampler sampler_{io_};
   std::unique_ptr<store::HostStore> store_;
   std::unique_ptr<AgentMetrics> metrics_;  // after store_, which it reads: destroyed first

@@ -1,6 +1,9 @@
 #include "controller/agent_client.h"
 
+#include <algorithm>
+#include <deque>
 #include <future>
+#include <mutex>
 #include <optional>
 
 #include "common/log.h"
@@ -37,10 +40,25 @@ class RpcAgentClient : public AgentClient, public std::enable_shared_from_this<R
     return client;
   }
 
+  // Sends request.shared_env only when this connection has not named its id among the last
+  // kSharedEnvsKept (the agent keeps the same ids); serialised so the agent meets the starts in
+  // the order they were decided.
   AgentReply<control::StartWorkerReply> start_worker(const control::StartWorker& request,
                                                      std::string context) override {
-    return {peer_->call(control::StartWorker::kMethod, request.to_map(), std::move(context)),
-            &control::StartWorkerReply::from};
+    std::lock_guard<std::mutex> lock(start_mu_);
+    bool send_shared = true;
+    if (!request.shared_env_id.empty()) {
+      auto known =
+          std::find(shared_envs_sent_.begin(), shared_envs_sent_.end(), request.shared_env_id);
+      send_shared = known == shared_envs_sent_.end();
+      if (!send_shared) shared_envs_sent_.erase(known);
+      shared_envs_sent_.push_back(request.shared_env_id);
+      if (shared_envs_sent_.size() > control::StartWorker::kSharedEnvsKept)
+        shared_envs_sent_.pop_front();
+    }
+    return {
+        peer_->call(control::StartWorker::kMethod, request.to_map(send_shared), std::move(context)),
+        &control::StartWorkerReply::from};
   }
   AgentReply<control::StopWorkerReply> stop_worker(const control::StopWorker& request) override {
     return {peer_->call(control::StopWorker::kMethod, request.to_map(),
@@ -119,6 +137,8 @@ class RpcAgentClient : public AgentClient, public std::enable_shared_from_this<R
   const size_t host_;
   const AgentEvents events_;
   std::shared_ptr<transport::RpcPeer> peer_;
+  std::mutex start_mu_;
+  std::deque<std::string> shared_envs_sent_;  // guarded by start_mu_; oldest first
 };
 
 }  // namespace

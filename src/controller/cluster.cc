@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -307,6 +308,10 @@ void ClusterImpl::launch(const std::shared_ptr<WorkerState>& worker, const Worke
     request.fork_server = !request.executable.empty() && internal::initialised();
   }
   request.env = std::move(vars);
+  if (options.shared_env && !options.shared_env->vars.empty()) {
+    request.shared_env_id = options.shared_env->id;
+    request.shared_env = options.shared_env->vars;  // sent to the agent only once
+  }
   std::string log_path = session_dir_ + "/logs/" + options.name + ".log";
   Kwargs ctor_args = options.args;
   std::string token = token_;
@@ -479,6 +484,14 @@ Cluster::Cluster(std::unique_ptr<internal::ClusterImpl> impl) : impl_(std::move(
   if (!impl_) throw Error(ErrorCode::kInvalidArgument, "Cluster: the implementation is null");
 }
 Cluster::~Cluster() { impl_->shutdown(); }
+std::shared_ptr<const SharedEnv> make_shared_env(std::map<std::string, std::string> vars) {
+  static std::atomic<uint64_t> next{0};
+  auto env = std::make_shared<SharedEnv>();
+  env->id = "env-" + std::to_string(next.fetch_add(1) + 1);
+  env->vars = std::move(vars);
+  return env;
+}
+
 Worker Cluster::start_worker(WorkerOptions options) {
   return impl_->start_worker(std::move(options));
 }

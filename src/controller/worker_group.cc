@@ -274,6 +274,10 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
     addr_list.push_back(a.address);
     port_list.push_back(std::to_string(a.port));
   }
+  // The same for every worker and as long as the group: held and sent to each agent once.
+  std::shared_ptr<const SharedEnv> lists =
+      make_shared_env({{"AVAILABLE_ADDR_LIST", python_list(addr_list, true)},
+                       {"AVAILABLE_PORT_LIST", python_list(port_list, false)}});
 
   auto t0 = Clock::now();
   Cluster& runtime = cluster_.runtime();
@@ -302,8 +306,6 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
         {"NODE_RANK", std::to_string(m.node_idx)},
         {group_env::kMasterAddr, master.address},
         {group_env::kMasterPort, std::to_string(master.port)},
-        {"AVAILABLE_ADDR_LIST", python_list(addr_list, true)},
-        {"AVAILABLE_PORT_LIST", python_list(port_list, false)},
         {group_env::kGroup, name_},
     };
     for (const auto& [k, v] : placement) {
@@ -312,6 +314,13 @@ void WorkerGroupImpl::start_workers(const std::vector<TiedGroup>& groups) {
                             << " is replaced by the group's placement (" << v << ")";
       o.env[k] = v;
     }
+    for (const auto& [k, v] : lists->vars) {
+      if (auto it = config.env.find(k); it != config.env.end() && it->second != v)
+        TROUPE_LOG(Warning) << "worker " << m.name << ": " << k << "=" << it->second
+                            << " is replaced by the group's placement (" << v << ")";
+      o.env.erase(k);  // the shared value wins anyway; no copy per worker
+    }
+    o.shared_env = lists;
     o.ports.push_back(available[rank].port);
     if (rank == 0) o.ports.push_back(master.port);
     metadata_.push_back(m);

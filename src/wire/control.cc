@@ -19,21 +19,25 @@ Error FieldReader::bad_field(const char* key, const std::string& why) const {
   return Error(ErrorCode::kInvalidArgument, message_ + ": field '" + key + "': " + why);
 }
 
-Map StartWorker::to_map() const {
-  return Map{{"name", name},
-             {"gpus", troupe::to_value(gpus)},
-             {"num_gpus", num_gpus},
-             {"wrapper", troupe::to_value(wrapper)},
-             {"take_ports", troupe::to_value(take_ports)},
-             {"log_to_terminal", log_to_terminal},
-             {"start_timeout_ms", start_timeout_ms},
-             {"executable", executable},
-             {"args", troupe::to_value(args)},
-             {"env", troupe::to_value(env)},
-             {"fork_server", fork_server},
-             {"python_fork", python_fork},
-             {"python_preload", troupe::to_value(python_preload)},
-             {"detached", detached}};
+Map StartWorker::to_map(bool with_shared_env) const {
+  Map m{{"name", name},
+        {"gpus", troupe::to_value(gpus)},
+        {"num_gpus", num_gpus},
+        {"wrapper", troupe::to_value(wrapper)},
+        {"take_ports", troupe::to_value(take_ports)},
+        {"log_to_terminal", log_to_terminal},
+        {"start_timeout_ms", start_timeout_ms},
+        {"executable", executable},
+        {"args", troupe::to_value(args)},
+        {"env", troupe::to_value(env)},
+        {"shared_env_id", shared_env_id},
+        {"fork_server", fork_server},
+        {"python_fork", python_fork},
+        {"python_preload", troupe::to_value(python_preload)},
+        {"detached", detached}};
+  if (with_shared_env && !shared_env.empty())
+    m.emplace_back("shared_env", troupe::to_value(shared_env));
+  return m;
 }
 
 StartWorker StartWorker::from(const Value& kwargs) {
@@ -49,6 +53,8 @@ StartWorker StartWorker::from(const Value& kwargs) {
   m.executable = f.optional<std::string>("executable", "");
   m.args = f.optional<std::vector<std::string>>("args", {});
   m.env = f.optional<std::map<std::string, std::string>>("env", {});
+  m.shared_env_id = f.optional<std::string>("shared_env_id", "");
+  m.shared_env = f.optional<std::map<std::string, std::string>>("shared_env", {});
   m.fork_server = f.optional<bool>("fork_server", false);
   m.python_fork = f.optional<bool>("python_fork", false);
   m.python_preload = f.optional<std::vector<std::string>>("python_preload", {});

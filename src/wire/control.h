@@ -69,6 +69,14 @@ struct StartWorker {
   std::vector<std::string> args;
   // The worker's whole environment, less troupe's own variables (the agent adds those).
   std::map<std::string, std::string> env;
+  // Variables that many starts share (WorkerOptions::shared_env), on top of env. The first start
+  // on a connection that names shared_env_id carries them in shared_env; later ones carry the
+  // id only, and the agent uses what that connection sent for it. Each side keeps the last
+  // kSharedEnvsKept ids a connection named (the agent evicts exactly as the sender does), so an
+  // id older than that is sent again.
+  std::string shared_env_id;
+  std::map<std::string, std::string> shared_env;
+  static constexpr size_t kSharedEnvsKept = 8;
   // The driver vouches that `executable` is a troupe C++ binary that enters its role in
   // troupe::init (its own binary, and it called troupe::init): a standing agent may fork the
   // worker from a fork server of that binary (agent/fork_server.h) instead of exec'ing it.
@@ -86,7 +94,8 @@ struct StartWorker {
   bool detached = false;
 
   bool operator==(const StartWorker&) const = default;
-  Map to_map() const;
+  // Without `with_shared_env`, leaves shared_env out (a start that names its id only).
+  Map to_map(bool with_shared_env = true) const;
   static StartWorker from(const Value& kwargs);
 };
 

@@ -25,10 +25,18 @@ TEST(ControlMessages, AgentRequestsRoundTrip) {
   start.executable = "/usr/bin/python3";
   start.args = {"-m", "troupe._worker"};
   start.env = {{"RANK", "1"}, {"PATH", "/usr/bin"}};
+  start.shared_env_id = "env-3";
+  start.shared_env = {{"AVAILABLE_PORT_LIST", "[1400, 1401]"}};
   start.fork_server = true;
   start.python_fork = true;
   start.python_preload = {"numpy", "torch"};
   EXPECT_EQ(StartWorker::from(through_request(start)), start);
+  // Named by id only: the same start without the variables.
+  StartWorker by_id = StartWorker::from(Value(start.to_map(/*with_shared_env=*/false)));
+  EXPECT_EQ(by_id.shared_env_id, "env-3");
+  EXPECT_TRUE(by_id.shared_env.empty());
+  by_id.shared_env = start.shared_env;
+  EXPECT_EQ(by_id, start);
   EXPECT_EQ(StopWorker::from(through_request(StopWorker{"w", 250})), (StopWorker{"w", 250}));
   ReservePorts ports{"group-a", 3, 1500, 1600};
   EXPECT_EQ(ReservePorts::from(through_request(ports)), ports);

@@ -14,8 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "common/token.h"
+#include "controller/session_dir.h"
 #include "integration/test_classes.h"
+#include "transport/connection.h"
+#include "transport/io_loop.h"
+#include "transport/listener.h"
+#include "transport/rpc_peer.h"
 #include "troupe/troupe.h"
+#include "wire/control.h"
 
 namespace troupe_test {
 namespace {
@@ -197,6 +204,79 @@ TEST_F(ClusterTest, EnvironmentReachesTheWorker) {
   EXPECT_EQ(env_of(w, "OTHER_ENV"), "(unset)");     // only for OtherWorker
   EXPECT_EQ(env_of(w, "TROUPE_TOKEN"), "(unset)");  // the worker drops it once read
   w.stop();
+}
+
+// WorkerOptions::shared_env: every worker naming it sees its variables, over its own env. The
+// agent keeps the last StartWorker::kSharedEnvsKept (8) a connection named, as the driver does:
+// named again after 5 others, it goes by id and the agent still has it; after 9 others, it is
+// sent again.
+TEST_F(ClusterTest, SharedEnvReachesEachWorkerThatNamesIt) {
+  auto shared = troupe::make_shared_env({{"SHARED_A", "a"}, {"SHARED_B", "from shared"}});
+  std::vector<Worker> workers;
+  auto start = [&](const std::string& name, std::shared_ptr<const troupe::SharedEnv> env,
+                   std::map<std::string, std::string> own = {}) {
+    WorkerOptions o = calculator(name, 1);
+    o.env = std::move(own);
+    o.shared_env = std::move(env);
+    workers.push_back(cluster_->start_worker(o));
+  };
+  auto others = [&](int from, int to) {
+    for (int i = from; i < to; ++i)
+      start("shared-other-" + std::to_string(i),
+            troupe::make_shared_env({{"SHARED_A", "other " + std::to_string(i)}}));
+  };
+  start("shared-1", shared, {{"SHARED_B", "from env"}, {"OWN", "1"}});
+  start("shared-2", shared);
+  others(0, 5);
+  start("shared-after-5", shared);  // by id
+  others(5, 14);
+  start("shared-after-9", shared);  // sent again
+  for (auto& w : workers) w.ready().get(kDeadline);
+  EXPECT_EQ(env_of(workers[0], "SHARED_A"), "a");
+  EXPECT_EQ(env_of(workers[0], "SHARED_B"), "from shared");
+  EXPECT_EQ(env_of(workers[0], "OWN"), "1");
+  EXPECT_EQ(env_of(workers[1], "SHARED_A"), "a");
+  EXPECT_EQ(env_of(workers[1], "OWN"), "(unset)");
+  EXPECT_EQ(env_of(workers[2], "SHARED_A"), "other 0");
+  EXPECT_EQ(env_of(workers[7], "SHARED_B"), "from shared");
+  EXPECT_EQ(env_of(workers[16], "SHARED_A"), "other 13");
+  EXPECT_EQ(env_of(workers.back(), "SHARED_B"), "from shared");
+  for (auto& w : workers) w.stop();
+}
+
+// A start that names a shared environment its connection never sent is refused, saying so, and
+// the agent goes on serving that connection.
+TEST_F(ClusterTest, AgentRefusesAStartNamingASharedEnvItWasNeverSent) {
+  troupe::transport::IoLoop loop;
+  std::promise<std::shared_ptr<troupe::transport::RpcPeer>> connected;
+  const std::string agent = "unix:" + troupe::internal::socket_dir_of(cluster_->session_dir()) +
+                            "/agent-" + cluster_->hosts()[0].name + ".sock";
+  troupe::transport::async_connect(
+      loop.context(), agent, troupe::token::read_file(cluster_->session_dir() + "/token"), 5s,
+      [&connected](std::shared_ptr<troupe::transport::Connection> c, const Error* error) {
+        if (error)
+          connected.set_exception(std::make_exception_ptr(*error));
+        else
+          connected.set_value(
+              troupe::transport::RpcPeer::attach(c, troupe::wire::FrameLimits{}, {}));
+      });
+  auto peer = connected.get_future().get();
+  troupe::wire::control::StartWorker start;
+  start.name = "never-started";
+  start.shared_env_id = "env-never-sent";
+  try {
+    peer->call(troupe::wire::control::StartWorker::kMethod, start.to_map(), "start").get(kDeadline);
+    ADD_FAILURE() << "a start naming an unknown shared environment started";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(e.message(), "agent " + cluster_->hosts()[0].name +
+                               ": start_worker: worker 'never-started' names shared environment "
+                               "'env-never-sent', which this connection did not send among its "
+                               "last 8");
+  }
+  EXPECT_EQ(peer->call("ping", {}, "ping").get(kDeadline).as_string(), cluster_->hosts()[0].name);
+  peer->close(Error(ErrorCode::kShutdown, "done"));
+  loop.run_sync([] {});
 }
 
 TEST_F(ClusterTest, WorkerRunsInItsOwnProcessGroupUnderItsAgent) {
