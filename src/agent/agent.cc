@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/private_dir.h"
 #include "common/proc_stats.h"
+#include "common/process.h"
 #include "common/token.h"
 #include "store/host_store.h"
 #include "store/shm_object.h"
@@ -542,6 +543,7 @@ int run_agent(const AgentConfig& config) {
     TROUPE_LOG(Error) << "no head address (" << agent_env::kHead << ")";
     return 2;
   }
+  process::raise_descriptor_limit();  // about four descriptors per worker
   Agent agent(config);
   return agent.run();
 }

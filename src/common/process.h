@@ -61,5 +61,9 @@ int signal_group_if_ours(pid_t leader, uint64_t leader_start, int sig);
 bool alive(pid_t pid);
 // Creates a pipe whose both ends are close-on-exec. Throws on failure.
 void make_pipe(int fds[2]);
+// Raises this process's soft limit on open descriptors to its hard limit (the driver holds one
+// connection per worker, an agent about four descriptors per worker: 1,024, a common default,
+// would stop a group at about 1,000 workers). Children inherit it. Returns the soft limit now.
+uint64_t raise_descriptor_limit();
 
 }  // namespace troupe::process

@@ -64,6 +64,7 @@ ClusterImpl::ClusterImpl(ClusterOptions options)
     throw Error(ErrorCode::kInternal,
                 "this process was started by troupe as a " + *env::get(worker_env::kRole) +
                     ", but main() did not call troupe::init(argc, argv) first");
+  process::raise_descriptor_limit();  // a connection per worker
   std::string address =
       options_.address.empty() ? env::get_or(launch_env::kAddress, "") : options_.address;
   if (address.empty() && options_.hosts.empty())
