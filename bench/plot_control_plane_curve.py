@@ -5,7 +5,8 @@ the line through its first point (what linear would be), so a glance says which 
     /usr/bin/python3 bench/plot_control_plane_curve.py control_plane_curve.csv \
         bench/control_plane_curve.png
 
-Needs Debian's python3-matplotlib (apt-get install python3-matplotlib).
+Needs Debian's python3-matplotlib (apt-get install --no-install-recommends python3-matplotlib:
+the recommended packages bring a threaded OpenBLAS, see README.md).
 """
 import csv
 import sys
@@ -28,7 +29,7 @@ def main(argv):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        sys.exit("needs matplotlib: apt-get install python3-matplotlib")
+        sys.exit("needs matplotlib: apt-get install --no-install-recommends python3-matplotlib")
     with open(argv[1]) as f:
         rows = list(csv.DictReader(f))
     if not rows:

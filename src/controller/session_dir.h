@@ -4,9 +4,11 @@
 // Layout (default): $TMPDIR/troupe-<uid>/session-<time>-<pid>-<n>/ with logs/, sockets/, token
 // (mode 0600, removed at clean shutdown) and owner ("<pid> <start time>" of the driver). The
 // base $TMPDIR/troupe-<uid> is created with mode 0700 and refused when it belongs to someone
-// else or is open to group or others. When session/sockets/ would make a socket path longer
-// than a Unix socket allows (108 bytes), the sockets go to a short directory of this user,
-// /tmp/troupe-<uid>/<session name>.sockets, named in the session's socket_dir file.
+// else or is open to group or others. The sockets go to a directory of this user in memory,
+// /dev/shm/troupe-<uid>/session-<pid>-<time>-<n>.sockets, when /dev/shm is a writable tmpfs (no
+// disk inode per worker); else to session/sockets/, or, when that would make a socket path
+// longer than a Unix socket allows (108 bytes), to the same short name under /tmp. A directory
+// other than session/sockets/ is named in the session's socket_dir file.
 #pragma once
 
 #include <string>
