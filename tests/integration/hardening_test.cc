@@ -5,8 +5,10 @@
 // a long $TMPDIR); and the token never reaches a worker's environment. The leak soak is in
 // soak_test.cc.
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -330,6 +332,30 @@ TEST(SessionDir, CleanShutdownRemovesTokenAndSockets) {
   EXPECT_FALSE(stdfs::exists(session + "/token"));
   EXPECT_FALSE(stdfs::exists(session + "/sockets"));
   EXPECT_HAS(read_file(session + "/logs/logged.log"), "kept");
+}
+
+// Where /dev/shm is a tmpfs, the sockets live in this user's private directory there (no disk
+// inode per worker), named in the session's socket_dir file, and go at a clean shutdown.
+TEST(SessionDir, SocketsLiveInMemoryWhereDevShmIsATmpfs) {
+  struct statfs fs {};
+  if (::statfs("/dev/shm", &fs) != 0 || fs.f_type != TMPFS_MAGIC)
+    GTEST_SKIP() << "/dev/shm is not a tmpfs here";
+  become_subreaper();
+  Cluster cluster(quiet_cluster(1, 0, 1));
+  ProcessSet procs;
+  procs.add_cluster(cluster);
+  const std::string sockets = read_file(cluster.session_dir() + "/socket_dir");
+  EXPECT_EQ(sockets.rfind(uid_dir("/dev/shm") + "/session-", 0), 0u) << sockets;
+  Worker w = cluster.start_worker(probe("in-memory", 0));
+  const int64_t served = served_pid(w);  // over its socket there
+  EXPECT_EQ(served, w.pid());
+  struct stat st;
+  ASSERT_EQ(::stat(uid_dir("/dev/shm").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  EXPECT_EQ(st.st_uid, ::getuid());
+  cluster.shutdown();
+  EXPECT_TRUE(procs.all_gone(10s));
+  EXPECT_FALSE(stdfs::exists(sockets)) << sockets;
 }
 
 // Issue 8.5: neither the worker's /proc/PID/environ nor its launch wrapper's holds the token.
