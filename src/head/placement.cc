@@ -285,12 +285,18 @@ std::vector<BundlePlacement> ResourceBook::reserve(const std::string& group_id,
       break;
     }
     case Strategy::kSpread: {
-      // Fewest bundles of this request first, then lowest index: round-robin, then wrap.
+      // Fewest bundles of this request first, then the most free CPUs (so many groups spread
+      // over the whole cluster, not over its first hosts), then lowest index; then wrap.
+      auto free_cpus = [&](size_t h) { return hosts_[h].cpus - state[h].used.cpus; };
+      auto better = [&](size_t h, size_t than) {
+        if (state[h].count != state[than].count) return state[h].count < state[than].count;
+        return free_cpus(h) > free_cpus(than) + kEpsilon;
+      };
       for (size_t b = 0; b < bundles.size() && failure.empty(); ++b) {
         std::optional<size_t> best_host;
         std::optional<Pick> best;
         for (size_t h : candidates) {
-          if (best_host && state[h].count >= state[*best_host].count) continue;
+          if (best_host && !better(h, *best_host)) continue;
           auto pick = fit(hosts_[h], state[h], bundles[b]);
           if (!pick) continue;
           best_host = h;

@@ -27,7 +27,7 @@ inline constexpr double kEpsilon = 1e-9;
 
 enum class Strategy {
   kPack,          // as few hosts as possible; may use several
-  kSpread,        // distinct hosts round-robin as far as possible, then wrap around
+  kSpread,        // distinct hosts as far as possible (most free CPUs first), then wrap around
   kStrictPack,    // all bundles on one host, else fail
   kStrictSpread,  // every bundle on a different host, else fail
 };

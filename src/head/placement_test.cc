@@ -172,14 +172,30 @@ TEST(Spread, RoundRobinThenWrap) {
   EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{0, 1, 2, 0, 1}));
 }
 
+// Bundle 0 goes to host 1 (more free CPUs), bundle 1 to host 0 (none of this group there yet),
+// bundle 2 to host 1 (host 0 is full); a second group then finds room for 2 only.
 TEST(Spread, SkipsFullHostsAndFails) {
   ResourceBook book({host(1, {}), host(4, {})});
   auto ps = book.reserve("pg", many(3, bundle(1)), Strategy::kSpread);
-  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{0, 1, 1}));
+  EXPECT_EQ(hosts_of(ps), (std::vector<size_t>{1, 0, 1}));
   std::string msg = error_of([&] { book.reserve("pg2", many(3, bundle(1)), Strategy::kSpread); },
                              ErrorCode::kResourceUnavailable);
   EXPECT_HAS(msg, ("with SPREAD; bundle 2 {CPU 1} fits on no host after placing 2"));
   EXPECT_HAS(msg, ("host-0 free {CPU 0/1}, host-1 free {CPU 2/4}"));
+}
+
+// Groups one after another spread over the whole cluster, the hosts with the most free CPUs
+// first: on 3 hosts of 2 CPUs, 3 groups of 2 each land on 2 distinct hosts ({0,1}, then host 2
+// (2 free) and host 0 (lowest of the two with 1 free), then hosts 1 and 2). Lowest index alone
+// would put the third group's two bundles on host 2.
+TEST(Spread, ManyGroupsSpreadOverTheWholeCluster) {
+  ResourceBook book({host(2, {}), host(2, {}), host(2, {})});
+  EXPECT_EQ(hosts_of(book.reserve("a", many(2, bundle(1)), Strategy::kSpread)),
+            (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(hosts_of(book.reserve("b", many(2, bundle(1)), Strategy::kSpread)),
+            (std::vector<size_t>{2, 0}));
+  EXPECT_EQ(hosts_of(book.reserve("c", many(2, bundle(1)), Strategy::kSpread)),
+            (std::vector<size_t>{1, 2}));
 }
 
 TEST(StrictSpread, DistinctHosts) {
