@@ -14,13 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "common/token.h"
-#include "controller/session_dir.h"
+#include "integration/agent_peer.h"
 #include "integration/test_classes.h"
-#include "transport/connection.h"
-#include "transport/io_loop.h"
-#include "transport/listener.h"
-#include "transport/rpc_peer.h"
 #include "troupe/troupe.h"
 #include "wire/control.h"
 
@@ -248,19 +243,7 @@ TEST_F(ClusterTest, SharedEnvReachesEachWorkerThatNamesIt) {
 // the agent goes on serving that connection.
 TEST_F(ClusterTest, AgentRefusesAStartNamingASharedEnvItWasNeverSent) {
   troupe::transport::IoLoop loop;
-  std::promise<std::shared_ptr<troupe::transport::RpcPeer>> connected;
-  const std::string agent = "unix:" + troupe::internal::socket_dir_of(cluster_->session_dir()) +
-                            "/agent-" + cluster_->hosts()[0].name + ".sock";
-  troupe::transport::async_connect(
-      loop.context(), agent, troupe::token::read_file(cluster_->session_dir() + "/token"), 5s,
-      [&connected](std::shared_ptr<troupe::transport::Connection> c, const Error* error) {
-        if (error)
-          connected.set_exception(std::make_exception_ptr(*error));
-        else
-          connected.set_value(
-              troupe::transport::RpcPeer::attach(c, troupe::wire::FrameLimits{}, {}));
-      });
-  auto peer = connected.get_future().get();
+  auto peer = connect_agent(loop, agent_endpoint(*cluster_, 0), cluster_token(*cluster_));
   troupe::wire::control::StartWorker start;
   start.name = "never-started";
   start.shared_env_id = "env-never-sent";

@@ -11,20 +11,15 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
-#include <future>
 #include <iterator>
 #include <regex>
 #include <set>
 
-#include "common/token.h"
-#include "controller/session_dir.h"
+#include "integration/agent_peer.h"
 #include "integration/failure_classes.h"
 #include "integration/test_classes.h"
 #include "test_util.h"
-#include "transport/connection.h"
 #include "transport/io_loop.h"
-#include "transport/listener.h"
-#include "transport/rpc_peer.h"
 
 extern char** environ;
 
@@ -90,17 +85,7 @@ TROUPE_WORKER_CLASS(StartProbe, cls) {
 // Asks the agent at `endpoint` for `method` (no arguments), as `troupe status` does.
 Value ask_agent(const std::string& endpoint, const std::string& token, const std::string& method) {
   troupe::transport::IoLoop loop;
-  std::promise<std::shared_ptr<troupe::transport::RpcPeer>> connected;
-  troupe::transport::async_connect(
-      loop.context(), endpoint, token, 5s,
-      [&connected](std::shared_ptr<troupe::transport::Connection> c, const Error* error) {
-        if (error)
-          connected.set_exception(std::make_exception_ptr(*error));
-        else
-          connected.set_value(
-              troupe::transport::RpcPeer::attach(c, troupe::wire::FrameLimits{}, {}));
-      });
-  auto peer = connected.get_future().get();
+  auto peer = troupe_test::connect_agent(loop, endpoint, token);
   Value out = peer->call(method, {}, method).get(kDeadline);
   peer->close(Error(ErrorCode::kShutdown, "done"));
   loop.run_sync([] {});
@@ -119,9 +104,8 @@ std::string launch_at(const std::string& endpoint, const std::string& token,
 
 // How the agent of host 0 of an embedded cluster started `name`.
 std::string launch_of(const Cluster& cluster, const std::string& name) {
-  std::string socket_dir = troupe::internal::socket_dir_of(cluster.session_dir());
-  return launch_at("unix:" + socket_dir + "/agent-" + cluster.hosts()[0].name + ".sock",
-                   troupe::token::read_file(cluster.session_dir() + "/token"), name);
+  return launch_at(troupe_test::agent_endpoint(cluster, 0), troupe_test::cluster_token(cluster),
+                   name);
 }
 
 // The children of `parent` that are not in `except`, from /proc.

@@ -14,10 +14,10 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/process.h"
+#include "test_util.h"
 #include "troupe/troupe.h"
 
 namespace {
@@ -122,17 +122,18 @@ TEST(Scale, TwoThousandWorkersOnTwentyHosts) {
   std::set<size_t> killed;
   for (size_t h = 0; h < kHosts; ++h) killed.insert(h * kPerHost + h);
   for (size_t idx : killed) ASSERT_EQ(::kill(workers[idx].pid(), SIGKILL), 0);
-  std::set<size_t> reported;
-  auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (reported.size() < killed.size() && std::chrono::steady_clock::now() < deadline) {
-    for (const auto& e : group.restart_events()) {
-      EXPECT_TRUE(killed.count(e.worker_index)) << "worker " << e.worker_index << " reported dead";
-      EXPECT_EQ(e.action, troupe::RestartEvent::Action::kPolicyOff);
-      reported.insert(e.worker_index);
-    }
-    std::this_thread::sleep_for(1ms);
+  // The group's decisions are its signal that it noticed each death.
+  auto reported = [&] {
+    std::set<size_t> out;
+    for (const auto& e : group.restart_events()) out.insert(e.worker_index);
+    return out;
+  };
+  EXPECT_TRUE(eventually([&] { return reported().size() >= killed.size(); }, 60s));
+  for (const auto& e : group.restart_events()) {
+    EXPECT_TRUE(killed.count(e.worker_index)) << "worker " << e.worker_index << " reported dead";
+    EXPECT_EQ(e.action, troupe::RestartEvent::Action::kPolicyOff);
   }
-  EXPECT_EQ(reported, killed);
+  EXPECT_EQ(reported(), killed);
   for (size_t idx : killed) EXPECT_FALSE(workers[idx].alive()) << "worker " << idx;
   for (size_t h = 0; h < kHosts; ++h)  // worker 50 of each host: none of the killed
     EXPECT_EQ(workers[h * kPerHost + 50].call<int64_t>("echo_int", {{"x", int64_t{5}}}).get(20s),
