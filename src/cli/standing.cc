@@ -231,13 +231,10 @@ Value standing_head_status(const head::Head& head, const std::string& address) {
     if (i < free.size()) host.emplace_back("reserved", free[i]);
     hosts.push_back(std::move(host));
   }
-  Array groups;
-  for (const auto& [id, where] : head.placement_groups())
-    groups.push_back(Map{{"id", id}, {"bundles", where}});
-  return Map{{"session", "standing cluster, head at " + address},
-             {"hosts", std::move(hosts)},
-             {"placement_groups", std::move(groups)},
-             {"workers", Array{}}};
+  Map out{{"session", "standing cluster, head at " + address}, {"hosts", std::move(hosts)}};
+  for (auto& section : head.placement_status()) out.push_back(std::move(section));
+  out.emplace_back("workers", Array{});
+  return out;
 }
 
 std::string standing_token(const std::string& token_file) {

@@ -68,6 +68,16 @@ void print(const Value& status) {
     for (const auto& g : pgs->as_array())
       std::printf("  %-28s %s\n", str(g.find("id")).c_str(), str(g.find("bundles")).c_str());
   }
+  if (const Value* waits = status.find("waiting");
+      waits && waits->is_array() && !waits->as_array().empty()) {
+    std::printf("\nwaiting for resources:\n");
+    for (const auto& w : waits->as_array()) {
+      const Value* s = w.find("waiting_s");
+      std::printf("  %s (%s), for %.0f s: %s\n", str(w.find("what")).c_str(),
+                  str(w.find("driver")).c_str(), s && s->is_double() ? s->as_double() : 0.0,
+                  str(w.find("reason")).c_str());
+    }
+  }
   std::printf("\nworkers:\n");
   if (const Value* ws = status.find("workers"); ws && ws->is_array())
     for (const auto& w : ws->as_array())

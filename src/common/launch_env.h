@@ -18,6 +18,9 @@ constexpr const char* kAddress = "TROUPE_AGENT_ADDRESS";
 constexpr const char* kNumCpus = "TROUPE_AGENT_NUM_CPUS";
 constexpr const char* kGpuIds = "TROUPE_AGENT_GPU_IDS";  // comma-separated
 constexpr const char* kLabels = "TROUPE_AGENT_LABELS";   // k=v,k=v
+// A label "resource:NAME" = AMOUNT gives the host that much of a custom resource (the head books
+// it); troupe::kResourceLabelPrefix (include/troupe/cluster.h) is the same string.
+constexpr const char* kResourceLabelPrefix = "resource:";
 constexpr const char* kHead = "TROUPE_HEAD";
 constexpr const char* kSessionDir = "TROUPE_SESSION_DIR";
 constexpr const char* kSocketDir = "TROUPE_SOCKET_DIR";

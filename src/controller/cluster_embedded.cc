@@ -44,7 +44,12 @@ class EmbeddedBackend : public ClusterBackend {
     start_agents();
     connect_agents();
     c_.make_store();
-    head_->set_status_provider([this] { return c_.status(); });
+    head_->set_status_provider([this] {
+      Value status = c_.status();
+      if (status.is_map())
+        for (auto& section : head_->placement_status()) status.as_map().push_back(section);
+      return status;
+    });
   }
 
   void refresh_hosts() override {}  // the hosts are the ClusterOptions'

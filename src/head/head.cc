@@ -1,7 +1,11 @@
 #include "head/head.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 
+#include "common/launch_env.h"
 #include "common/log.h"
 #include "wire/control.h"
 #include "wire/head_protocol.h"
@@ -9,8 +13,37 @@
 namespace troupe::head {
 namespace {
 
+// Ray's object store takes this share of a node's memory by default; its "object_store_memory"
+// resource says so.
+constexpr double kObjectStoreShare = 0.3;
+
+// A host's capacity: its registration, plus the named amounts Ray's scheduler knows: each label
+// "resource:NAME" = AMOUNT (`troupe start --resources`; "resource:memory" sets the memory),
+// "node:<address>" = 1 and "object_store_memory". A label whose amount is not a number is left
+// out, with a warning.
 HostCapacity capacity_of(const HostRecord& h) {
-  return HostCapacity{h.host_name, h.num_cpus, h.gpu_ids, h.memory_bytes, h.labels, h.alive};
+  HostCapacity c{h.host_name, h.num_cpus, h.gpu_ids, h.memory_bytes, h.labels, {}, h.alive};
+  const std::string prefix = agent_env::kResourceLabelPrefix;
+  for (const auto& [key, value] : h.labels) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    std::string name = key.substr(prefix.size());
+    char* end = nullptr;
+    double amount = std::strtod(value.c_str(), &end);
+    if (name.empty() || value.empty() || *end != '\0' || !std::isfinite(amount) || amount < 0) {
+      TROUPE_LOG(Warning) << "host " << h.host_name << ": label " << key << "=" << value
+                          << " is not a resource amount; left out";
+      continue;
+    }
+    if (name == "memory")
+      c.memory_bytes = static_cast<int64_t>(amount);
+    else
+      c.resources[name] = amount;
+  }
+  c.resources["node:" + h.address] = 1;
+  if (!c.resources.count("object_store_memory"))
+    c.resources["object_store_memory"] =
+        std::floor(static_cast<double>(c.memory_bytes) * kObjectStoreShare);
+  return c;
 }
 
 }  // namespace
@@ -118,11 +151,16 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       }
       for (const auto& id : leased)
         if (book_) book_->release(id);
-      if (auto peer = self->lock()) drop_names_of_locked(peer.get());
+      if (auto peer = self->lock()) {
+        drop_names_of_locked(peer.get());
+        std::erase_if(waiting_, [&](const auto& w) { return w.first.first == peer.get(); });
+      }
     }
-    if (!leased.empty())
+    if (!leased.empty()) {
       TROUPE_LOG(Info) << "a driver left (" << reason.message() << "): released its "
                        << leased.size() << " placement group(s)";
+      announce_freed();
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (*index < 0 || *index >= static_cast<int>(hosts_.size())) return;
@@ -221,6 +259,7 @@ void Head::register_agent(const std::shared_ptr<int>& index, const Value& kwargs
                    << " GPUs)";
   cv_.notify_all();
   resp.reply(wire::control::RegisterAgentReply{*index}.to_value());
+  announce_freed();
 }
 
 void Head::serve_driver_request(wire::Request&& r, const transport::Responder& resp,
@@ -245,10 +284,11 @@ void Head::serve_driver_request(wire::Request&& r, const transport::Responder& r
       auto m = control::Reserve::from(r.kwargs);
       std::vector<BundleRequest> bundles;
       for (const auto& b : m.bundles)
-        bundles.push_back(BundleRequest{b.cpus, b.gpus, b.memory_bytes, b.labels});
-      auto placed = reserve(
-          m.group_id, bundles, parse_strategy(m.strategy),
-          m.only_host < 0 ? std::nullopt : std::optional<size_t>(static_cast<size_t>(m.only_host)));
+        bundles.push_back(BundleRequest{b.cpus, b.gpus, b.memory_bytes, b.labels, b.resources});
+      auto placed = reserve_for(
+          from, m.group_id, bundles, parse_strategy(m.strategy),
+          m.only_host < 0 ? std::nullopt : std::optional<size_t>(static_cast<size_t>(m.only_host)),
+          m.pending_as);
       lease(from, m.group_id);
       control::ReserveReply reply;
       for (const auto& p : placed)
@@ -270,11 +310,14 @@ void Head::serve_driver_request(wire::Request&& r, const transport::Responder& r
       return resp.reply(release(id));
     }
     if (r.method == control::DescribeFree::kMethod) return resp.reply(to_value(describe_free()));
+    if (r.method == control::Resources::kMethod)
+      return resp.reply(control::Resources::reply(resources()));
     if (serve_names(r, resp, from)) return;
-    resp.fail(Error(ErrorCode::kUnknownMethod,
-                    "the head has no method '" + r.method +
-                        "' (register_agent, list_hosts, reserve, restore, release, describe_free, "
-                        "name_register, name_lookup, name_remove, status)"));
+    resp.fail(Error(
+        ErrorCode::kUnknownMethod,
+        "the head has no method '" + r.method +
+            "' (register_agent, list_hosts, reserve, restore, release, describe_free, resources, "
+            "name_register, name_lookup, name_remove, status)"));
   } catch (const Error& e) {
     resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
                     "head: " + r.method + ": " + e.message()));
@@ -291,10 +334,10 @@ void Head::restore_for(const std::shared_ptr<transport::RpcPeer>& from,
     if (p.host < 0)
       throw Error(ErrorCode::kInvalidArgument, "bundle " + std::to_string(b) + " is on host " +
                                                    std::to_string(p.host) + ", a negative id");
-    bundles.push_back(BundleRequest{s.cpus, s.gpus, s.memory_bytes, s.labels});
+    bundles.push_back(BundleRequest{s.cpus, s.gpus, s.memory_bytes, s.labels, s.resources});
     placed.push_back(BundlePlacement{static_cast<size_t>(p.host), p.gpu_ids, p.gpu_share});
   }
-  restore(m.group_id, bundles, placed);
+  restore(m.group_id, bundles, placed, m.overcommit);
   lease(from, m.group_id);
   TROUPE_LOG(Info) << "placement group " << m.group_id << " booked again (" << bundles.size()
                    << " bundle(s))";
@@ -393,20 +436,136 @@ ResourceBook& Head::book_locked() {
 
 std::vector<BundlePlacement> Head::reserve(const std::string& group_id,
                                            const std::vector<BundleRequest>& bundles,
-                                           Strategy strategy, std::optional<size_t> only_host) {
+                                           Strategy strategy, std::optional<size_t> only_host,
+                                           const std::string& pending_as) {
+  return reserve_for(nullptr, group_id, bundles, strategy, only_host, pending_as);
+}
+
+std::vector<BundlePlacement> Head::reserve_for(const std::shared_ptr<transport::RpcPeer>& from,
+                                               const std::string& group_id,
+                                               const std::vector<BundleRequest>& bundles,
+                                               Strategy strategy, std::optional<size_t> only_host,
+                                               const std::string& pending_as) {
   std::lock_guard<std::mutex> lock(mu_);
-  return book_locked().reserve(group_id, bundles, strategy, only_host);
+  auto key = std::pair<const transport::RpcPeer*, std::string>(from.get(), pending_as);
+  try {
+    auto placed = book_locked().reserve(group_id, bundles, strategy, only_host);
+    if (!pending_as.empty()) waiting_.erase(key);
+    return placed;
+  } catch (const Error& e) {
+    if (pending_as.empty() || e.code() != ErrorCode::kResourceUnavailable) throw;
+    auto [it, added] = waiting_.try_emplace(key);
+    WaitingEntry& w = it->second;
+    if (added) {
+      w.waiting.what = pending_as;
+      w.waiting.since = Clock::now();
+      w.waiting.driver = "this process";
+      if (from) {
+        w.driver = from;
+        w.waiting.driver = "driver at " + from->peer();
+      }
+    }
+    w.waiting.group_id = group_id;
+    // "placement group 'ID' asks for ...": the description names it already.
+    auto asks = e.message().find(" asks for ");
+    w.waiting.reason = asks == std::string::npos ? e.message() : e.message().substr(asks + 1);
+    throw;
+  }
 }
 
 void Head::restore(const std::string& group_id, const std::vector<BundleRequest>& bundles,
-                   const std::vector<BundlePlacement>& placements) {
+                   const std::vector<BundlePlacement>& placements, bool overcommit) {
   std::lock_guard<std::mutex> lock(mu_);
-  book_locked().restore(group_id, bundles, placements);
+  book_locked().restore(group_id, bundles, placements, overcommit);
 }
 
 bool Head::release(const std::string& group_id) {
+  bool freed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(waiting_, [&](const auto& w) { return w.second.waiting.group_id == group_id; });
+    freed = book_ && book_->release(group_id);
+  }
+  if (freed) announce_freed();
+  return freed;
+}
+
+void Head::set_on_resources_freed(std::function<void()> callback) {
   std::lock_guard<std::mutex> lock(mu_);
-  return book_ && book_->release(group_id);
+  on_resources_freed_ = std::move(callback);
+}
+
+void Head::announce_freed() {
+  std::vector<std::shared_ptr<transport::RpcPeer>> drivers;
+  std::function<void()> local;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, w] : waiting_) {
+      if (!key.first) {
+        local = on_resources_freed_;
+      } else if (auto peer = w.driver.lock(); peer && (drivers.empty() || drivers.back() != peer)) {
+        drivers.push_back(std::move(peer));
+      }
+    }
+  }
+  for (const auto& d : drivers) d->send_event(wire::control::ResourcesFreed::kEvent, Map{});
+  if (local) local();
+}
+
+std::vector<Head::Waiting> Head::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Waiting> out;
+  for (const auto& [key, w] : waiting_) out.push_back(w.waiting);
+  std::sort(out.begin(), out.end(),
+            [](const Waiting& a, const Waiting& b) { return a.since < b.since; });
+  return out;
+}
+
+Map Head::placement_status() const {
+  Array groups, waits;
+  for (const auto& [id, where] : placement_groups())
+    groups.push_back(Map{{"id", id}, {"bundles", where}});
+  auto now = Clock::now();
+  for (const auto& w : waiting())
+    waits.push_back(Map{{"what", w.what},
+                        {"group_id", w.group_id},
+                        {"driver", w.driver},
+                        {"reason", w.reason},
+                        {"waiting_s", std::chrono::duration<double>(now - w.since).count()}});
+  return Map{{"placement_groups", std::move(groups)}, {"waiting", std::move(waits)}};
+}
+
+std::vector<wire::control::HostResources> Head::resources() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<wire::control::HostResources> out;
+  std::unique_ptr<ResourceBook> fresh;
+  const ResourceBook* book = book_.get();
+  if (!book) {  // nothing reserved yet: the book the first reservation would make
+    std::vector<HostCapacity> capacity;
+    for (const auto& h : hosts_) capacity.push_back(capacity_of(h));
+    fresh = std::make_unique<ResourceBook>(std::move(capacity));
+    book = fresh.get();
+  }
+  for (size_t i = 0; i < book->hosts().size(); ++i) {
+    const HostCapacity& c = book->hosts()[i];
+    HostFree f = book->free_resources(i);
+    wire::control::HostResources h;
+    h.index = static_cast<int64_t>(i);
+    h.name = c.name;
+    h.alive = c.alive;
+    h.cpus = c.cpus;
+    h.cpus_free = f.cpus;
+    for (const auto& [id, share] : f.gpus) {
+      h.gpu_ids.push_back(id);
+      h.gpus_free.push_back(share);
+    }
+    h.memory_bytes = c.memory_bytes;
+    h.memory_free = f.memory_bytes;
+    h.resources = c.resources;
+    h.resources_free = f.resources;
+    out.push_back(std::move(h));
+  }
+  return out;
 }
 
 std::vector<std::string> Head::describe_free() const {

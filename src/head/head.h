@@ -9,7 +9,12 @@
 // the driver connection that registered it is open; every record is dropped when its agent
 // reports its worker's exit (worker_exited event) or its host's agent connection closes.
 // A host that registers again under the name of a lost host takes that host's id back.
-// Events it sends to every connection that is not an agent's: host_lost.
+// Events it sends to every connection that is not an agent's: host_lost; to a driver waiting for
+// resources (a reserve with pending_as that did not fit): resources_freed, whenever a
+// reservation is released or a host registers, until it is no longer waiting.
+// Waiting reservations: the head does not queue them; it lists them (waiting(), `troupe status`)
+// with the reason they do not fit, and tells their driver when trying again may succeed, so one
+// book serves every driver and a driver's order of its own requests is its own.
 // Leases: a driver's reservations are released when its connection closes; a connection that
 // reserves is monitored with heartbeats (set_heartbeat), so a driver cut off loses them too.
 // Threads: the head's state is guarded by a mutex; its handlers run on the given io_context's
@@ -75,14 +80,35 @@ class Head {
   std::vector<HostRecord> hosts() const;
   // Reserves placement-group bundles, all or nothing (see placement.h). The book of resources
   // is made from the hosts registered at the first reservation. Throws Error.
+  // With `pending_as`, a reservation of this process that does not fit is listed as waiting
+  // (Reserve::pending_as), and the resources-freed callback is called when it may fit.
   std::vector<BundlePlacement> reserve(const std::string& group_id,
                                        const std::vector<BundleRequest>& bundles, Strategy strategy,
-                                       std::optional<size_t> only_host);
+                                       std::optional<size_t> only_host,
+                                       const std::string& pending_as = "");
   // Books a reservation again where it was placed (ResourceBook::restore). Throws Error.
   void restore(const std::string& group_id, const std::vector<BundleRequest>& bundles,
-               const std::vector<BundlePlacement>& placements);
-  // Frees a reservation; idempotent.
+               const std::vector<BundlePlacement>& placements, bool overcommit = false);
+  // Frees a reservation (and forgets it as waiting); idempotent.
   bool release(const std::string& group_id);
+  // Called when a reservation this process waits for (reserve with pending_as) may fit now: a
+  // reservation was released or a host registered. Runs on the thread that freed them (an I/O
+  // thread or a caller of release), with no lock of the head's held; it must not block.
+  void set_on_resources_freed(std::function<void()> callback);
+  struct Waiting {
+    std::string what;      // the pending_as description
+    std::string group_id;  // its last attempt's id
+    std::string driver;    // "this process" or the driver connection's peer
+    std::string reason;    // why it did not fit, at the last attempt
+    Clock::time_point since;
+  };
+  // The reservations drivers wait for, oldest first.
+  std::vector<Waiting> waiting() const;
+  // The status sections `troupe status` prints for placement: "placement_groups" ({id, bundles})
+  // and "waiting" ({what, group_id, driver, reason, waiting_s}), oldest first.
+  Map placement_status() const;
+  // Every host's capacity and free amounts (wire/head_protocol.h HostResources).
+  std::vector<wire::control::HostResources> resources() const;
   // Free resources of every host, one line each.
   std::vector<std::string> describe_free() const;
   // Every reserved placement group: its id and where its bundles are, e.g. "node-a: 2 bundles
@@ -127,6 +153,14 @@ class Head {
   // Serves a driver's restore request: books m's group again and leases it to `from`. Throws.
   void restore_for(const std::shared_ptr<transport::RpcPeer>& from,
                    const wire::control::Restore& m);
+  // Serves a driver's reserve request (owner `from`, null for this process). Throws Error.
+  std::vector<BundlePlacement> reserve_for(const std::shared_ptr<transport::RpcPeer>& from,
+                                           const std::string& group_id,
+                                           const std::vector<BundleRequest>& bundles,
+                                           Strategy strategy, std::optional<size_t> only_host,
+                                           const std::string& pending_as);
+  // Tells every waiting driver that resources were freed (outside mu_).
+  void announce_freed();
   // Records `group_id` as a reservation of the driver connection `from` (released when it
   // closes); the first one starts heartbeats on it.
   void lease(const std::shared_ptr<transport::RpcPeer>& from, const std::string& group_id);
@@ -160,6 +194,13 @@ class Head {
     const transport::RpcPeer* owner = nullptr;  // null once a detached record's driver left
   };
   std::map<std::pair<std::string, std::string>, NamedEntry> names_;  // by (namespace, name)
+  struct WaitingEntry {
+    Waiting waiting;
+    std::weak_ptr<transport::RpcPeer> driver;  // empty for this process
+  };
+  // By (driver connection, null for this process; pending_as).
+  std::map<std::pair<const transport::RpcPeer*, std::string>, WaitingEntry> waiting_;
+  std::function<void()> on_resources_freed_;
   bool closing_ = false;
   bool hosts_leaving_ = false;  // expect_hosts_to_leave()
 };

@@ -42,13 +42,34 @@ std::string describe_bundle(const BundleRequest& b) {
   std::string out = "{CPU " + num(b.cpus);
   if (b.gpus > 0) out += ", GPU " + num(b.gpus);
   if (b.memory_bytes > 0) out += ", memory " + bytes(b.memory_bytes);
+  for (const auto& [name, amount] : b.resources)
+    if (amount > kEpsilon) out += ", " + name + " " + num(amount);
   if (!b.labels.empty()) out += ", labels " + labels_text(b.labels);
   return out + "}";
 }
 
 bool same_request(const BundleRequest& a, const BundleRequest& b) {
   return a.cpus == b.cpus && a.gpus == b.gpus && a.memory_bytes == b.memory_bytes &&
-         a.labels == b.labels;
+         a.labels == b.labels && a.resources == b.resources;
+}
+
+// Whether `used` plus `request` of every named amount stays within `capacity`.
+bool named_fit(const std::map<std::string, double>& capacity,
+               const std::map<std::string, double>& used,
+               const std::map<std::string, double>& request) {
+  for (const auto& [name, amount] : request) {
+    if (amount <= kEpsilon) continue;
+    auto have = capacity.find(name);
+    auto held = used.find(name);
+    double after = (held == used.end() ? 0 : held->second) + amount;
+    if (have == capacity.end() || after > have->second + kEpsilon) return false;
+  }
+  return true;
+}
+
+void add_named(std::map<std::string, double>& into, const std::map<std::string, double>& amounts) {
+  for (const auto& [name, amount] : amounts)
+    if (amount > kEpsilon) into[name] += amount;
 }
 
 bool is_whole(double gpus) { return gpus >= 1 - kEpsilon; }
@@ -63,6 +84,9 @@ void validate(const BundleRequest& b, size_t index) {
   if (is_whole(b.gpus) && std::abs(b.gpus - std::round(b.gpus)) > kEpsilon)
     bad("fractional GPU shares must be < 1, whole numbers otherwise");
   if (b.memory_bytes < 0) bad("memory must be >= 0");
+  for (const auto& [name, amount] : b.resources)
+    if (name.empty() || !std::isfinite(amount) || amount < 0)
+      bad("resource '" + name + "' must be named and a finite number >= 0");
 }
 
 // One host's state while a request is being planned.
@@ -87,6 +111,7 @@ std::optional<Pick> fit(const HostCapacity& h, const HostState& s, const BundleR
   if (s.used.cpus + b.cpus > h.cpus + kEpsilon) return std::nullopt;
   if (b.memory_bytes > 0 && s.used.memory_bytes + b.memory_bytes > h.memory_bytes)
     return std::nullopt;
+  if (!named_fit(h.resources, s.used.resources, b.resources)) return std::nullopt;
   Pick pick;
   if (b.gpus < kEpsilon) return pick;
   if (is_whole(b.gpus)) {
@@ -114,6 +139,7 @@ std::optional<Pick> fit(const HostCapacity& h, const HostState& s, const BundleR
 void apply(HostState& s, const BundleRequest& b, const Pick& pick) {
   s.used.cpus += b.cpus;
   s.used.memory_bytes += b.memory_bytes;
+  add_named(s.used.resources, b.resources);
   for (size_t i : pick.gpu_index) {
     s.used.gpus[i] += pick.share;
     s.mine[i] = 1;
@@ -185,6 +211,10 @@ ResourceBook::ResourceBook(std::vector<HostCapacity> hosts) : hosts_(std::move(h
     if (!std::isfinite(h.cpus) || h.cpus < 0 || h.memory_bytes < 0)
       throw Error(ErrorCode::kInvalidArgument,
                   "host " + h.name + ": CPUs and memory must be finite and >= 0");
+    for (const auto& [name, amount] : h.resources)
+      if (name.empty() || !std::isfinite(amount) || amount < 0)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "host " + h.name + ": resource '" + name + "' must be finite and >= 0");
     std::sort(h.gpu_ids.begin(), h.gpu_ids.end());
     if (std::adjacent_find(h.gpu_ids.begin(), h.gpu_ids.end()) != h.gpu_ids.end())
       throw Error(ErrorCode::kInvalidArgument, "host " + h.name + ": duplicate GPU ids");
@@ -370,7 +400,7 @@ std::vector<BundlePlacement> ResourceBook::reserve(const std::string& group_id,
 }
 
 void ResourceBook::restore(const std::string& group_id, const std::vector<BundleRequest>& bundles,
-                           const std::vector<BundlePlacement>& placements) {
+                           const std::vector<BundlePlacement>& placements, bool overcommit) {
   auto bad = [&](const std::string& why) {
     throw Error(ErrorCode::kInvalidArgument,
                 "cannot book placement group '" + group_id + "' again: " + why);
@@ -400,7 +430,9 @@ void ResourceBook::restore(const std::string& group_id, const std::vector<Bundle
     u.cpus += bundles[b].cpus;
     u.memory_bytes += bundles[b].memory_bytes;
     bool fits = u.cpus <= h.cpus + kEpsilon &&
-                (bundles[b].memory_bytes == 0 || u.memory_bytes <= h.memory_bytes);
+                (bundles[b].memory_bytes == 0 || u.memory_bytes <= h.memory_bytes) &&
+                named_fit(h.resources, u.resources, bundles[b].resources);
+    add_named(u.resources, bundles[b].resources);
     for (int gpu : p.gpu_ids) {
       auto it = std::lower_bound(h.gpu_ids.begin(), h.gpu_ids.end(), gpu);
       if (it == h.gpu_ids.end() || *it != gpu)
@@ -410,7 +442,7 @@ void ResourceBook::restore(const std::string& group_id, const std::vector<Bundle
       share += p.gpu_share;
       fits = fits && share <= 1.0 + kEpsilon;
     }
-    if (!fits)
+    if (!fits && !overcommit)
       throw Error(ErrorCode::kResourceUnavailable,
                   "cannot book placement group '" + group_id + "' again: bundle " +
                       std::to_string(b) + " " + describe_bundle(bundles[b]) + " does not fit on " +
@@ -471,6 +503,7 @@ void ResourceBook::recompute_usage() {
       HostUsage& u = used_[p.host];
       u.cpus += r.bundles[b].cpus;
       u.memory_bytes += r.bundles[b].memory_bytes;
+      add_named(u.resources, r.bundles[b].resources);
       const auto& ids = hosts_[p.host].gpu_ids;
       for (int gpu : p.gpu_ids) {
         auto i = std::lower_bound(ids.begin(), ids.end(), gpu) - ids.begin();
@@ -492,6 +525,11 @@ HostFree ResourceBook::free_resources(size_t host) const {
     f.gpus.emplace_back(h.gpu_ids[i], std::clamp(share, 0.0, 1.0));
   }
   f.memory_bytes = std::max<int64_t>(0, h.memory_bytes - u.memory_bytes);
+  for (const auto& [name, amount] : h.resources) {
+    auto held = u.resources.find(name);
+    double left = amount - (held == u.resources.end() ? 0 : held->second);
+    f.resources[name] = left < kEpsilon ? 0 : left;
+  }
   return f;
 }
 
@@ -515,6 +553,9 @@ std::string ResourceBook::describe_free(size_t host) const {
     }
   }
   if (h.memory_bytes > 0) out += ", memory " + bytes(f.memory_bytes) + "/" + bytes(h.memory_bytes);
+  for (const auto& [name, amount] : h.resources)
+    if (name.rfind("node:", 0) != 0 && name != "object_store_memory")
+      out += ", " + name + " " + num(f.resources[name]) + "/" + num(amount);
   out += "}";
   if (!h.labels.empty()) out += " labels " + labels_text(h.labels);
   if (!h.alive) out += " (dead)";

@@ -44,6 +44,9 @@ struct BundleRequest {
   double gpus = 0;           // 0; a share < 1 of one GPU; or a whole number >= 1 of whole GPUs
   int64_t memory_bytes = 0;  // 0: no memory requirement
   std::map<std::string, std::string> labels;  // the host must carry all of these (key=value)
+  // Named amounts (Ray's custom resources, "object_store_memory", "node:<address>"): the host
+  // must have this much of each free. Amounts <= kEpsilon ask for nothing.
+  std::map<std::string, double> resources;
 };
 
 struct HostCapacity {
@@ -52,6 +55,7 @@ struct HostCapacity {
   std::vector<int> gpu_ids;  // distinct; ResourceBook keeps them sorted ascending
   int64_t memory_bytes = 0;  // 0: unknown; then only bundles asking for no memory fit
   std::map<std::string, std::string> labels;
+  std::map<std::string, double> resources;  // named amounts it has (a missing name: 0)
   bool alive = true;
 };
 
@@ -67,6 +71,7 @@ struct HostUsage {
   double cpus = 0;
   int64_t memory_bytes = 0;
   std::vector<double> gpus;
+  std::map<std::string, double> resources;
 };
 
 // What one host has free, for messages and `troupe status`.
@@ -74,6 +79,7 @@ struct HostFree {
   double cpus = 0;
   std::vector<std::pair<int, double>> gpus;  // (GPU id, free share in [0, 1]), ascending ids
   int64_t memory_bytes = 0;                  // capacity minus reserved; 0 when capacity unknown
+  std::map<std::string, double> resources;   // every named amount of the host, less what is held
 };
 
 class ResourceBook {
@@ -100,9 +106,10 @@ class ResourceBook {
   // placements twice is a no-op. Throws Error(kInvalidArgument) for a bad request (as reserve),
   // sizes that differ, a host or GPU id this book does not have, or an id already booked
   // elsewhere; Error(kResourceUnavailable) naming the host when its free resources do not hold
-  // the bundle.
+  // the bundle. With `overcommit`, a bundle is booked even where it does not fit (a task taking
+  // back the resources it gave up while it waited in a nested get, as Ray's raylet does).
   void restore(const std::string& group_id, const std::vector<BundleRequest>& bundles,
-               const std::vector<BundlePlacement>& placements);
+               const std::vector<BundlePlacement>& placements, bool overcommit = false);
 
   // Frees a reservation; unknown ids are ignored (idempotent). Returns whether it existed.
   bool release(const std::string& group_id);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "test_util.h"
 #include "troupe/error.h"
 
@@ -418,6 +420,61 @@ TEST(ResourceBook, HostsJoinAfterTheFirstReservation) {
   EXPECT_EQ(book.hosts()[1].gpu_ids, (std::vector<int>{5}));
   EXPECT_THROW(book.upsert_host(3, host(1, {})), Error);
   EXPECT_THROW(book.upsert_host(2, host(-1, {})), Error);
+}
+
+// Fails with `code` and a message holding each of `parts`.
+void expect_error(ErrorCode code, const std::vector<std::string>& parts,
+                  const std::function<void()>& fn) {
+  std::string msg = error_of(fn, code);
+  for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << p << " in: " << msg;
+}
+
+// Named amounts (Ray's custom resources): a bundle fits only where the host has that much of
+// each left; hosts without the name have none of it.
+TEST(NamedResources, FitOnlyWhereEnoughIsLeft) {
+  HostCapacity plain = host(4, {});
+  HostCapacity tagged = host(4, {});
+  tagged.resources = {{"tag", 2}, {"disk.ssd", 0.5}};
+  ResourceBook book({plain, tagged});
+  BundleRequest wants = bundle(0);
+  wants.resources = {{"tag", 1.5}};
+  EXPECT_EQ(hosts_of(book.reserve("a", {wants}, Strategy::kPack)), (std::vector<size_t>{1}));
+  // 2 - 1.5 = 0.5 left: one more of 0.5 fits, then none.
+  BundleRequest half = bundle(0);
+  half.resources = {{"tag", 0.5}, {"disk.ssd", 0.5}};
+  EXPECT_EQ(hosts_of(book.reserve("b", {half}, Strategy::kPack)), (std::vector<size_t>{1}));
+  BundleRequest more = bundle(0);
+  more.resources = {{"tag", 0.25}};
+  expect_error(ErrorCode::kResourceUnavailable, {"tag 0.25", "tag 0/2"},
+               [&] { book.reserve("c", {more}, Strategy::kPack); });
+  EXPECT_EQ(book.free_resources(1).resources.at("tag"), 0);
+  EXPECT_EQ(book.free_resources(1).resources.at("disk.ssd"), 0);
+  // Released, it is free again (and an amount of 0 asks for nothing, anywhere).
+  book.release("a");
+  EXPECT_DOUBLE_EQ(book.free_resources(1).resources.at("tag"), 1.5);
+  BundleRequest none = bundle(1);
+  none.resources = {{"absent", 0}};
+  EXPECT_EQ(hosts_of(book.reserve("d", {none}, Strategy::kPack)), (std::vector<size_t>{0}));
+  BundleRequest bad = bundle(0);
+  bad.resources = {{"tag", -1}};
+  expect_error(ErrorCode::kInvalidArgument, {"resource 'tag'", ">= 0"},
+               [&] { book.reserve("e", {bad}, Strategy::kPack); });
+}
+
+// restore() books where it is told; with overcommit even past the host's amounts (a task taking
+// back what it gave up while it waited), and a later reservation sees nothing left.
+TEST(Restore, OvercommitBooksPastTheAmounts) {
+  ResourceBook book({host(2, {0})});
+  book.reserve("a", {bundle(2, 1)}, Strategy::kPack);
+  std::vector<BundlePlacement> at{BundlePlacement{0, {0}, 1.0}};
+  expect_error(ErrorCode::kResourceUnavailable, {"does not fit"},
+               [&] { book.restore("b", {bundle(1, 1)}, at); });
+  book.restore("b", {bundle(1, 1)}, at, /*overcommit=*/true);
+  EXPECT_EQ(book.free_resources(0).cpus, 0);
+  expect_error(ErrorCode::kResourceUnavailable, {"fits on no host"},
+               [&] { book.reserve("c", {bundle(0.5)}, Strategy::kPack); });
+  book.release("a");  // 3 CPUs held by 2 until a goes: then 1 of b's
+  EXPECT_DOUBLE_EQ(book.free_resources(0).cpus, 1);
 }
 
 }  // namespace

@@ -41,11 +41,14 @@ Map Reserve::to_map() const {
     specs.push_back(Map{{"cpus", b.cpus},
                         {"gpus", b.gpus},
                         {"memory_bytes", b.memory_bytes},
-                        {"labels", troupe::to_value(b.labels)}});
-  return Map{{"group_id", group_id},
-             {"bundles", std::move(specs)},
-             {"strategy", strategy},
-             {"only_host", only_host}};
+                        {"labels", troupe::to_value(b.labels)},
+                        {"resources", troupe::to_value(b.resources)}});
+  Map m{{"group_id", group_id},
+        {"bundles", std::move(specs)},
+        {"strategy", strategy},
+        {"only_host", only_host}};
+  if (!pending_as.empty()) m.emplace_back("pending_as", pending_as);
+  return m;
 }
 
 Reserve Reserve::from(const Value& kwargs) {
@@ -54,11 +57,13 @@ Reserve Reserve::from(const Value& kwargs) {
   m.group_id = f.required<std::string>("group_id");
   m.strategy = f.optional<std::string>("strategy", "PACK");
   m.only_host = f.optional<int64_t>("only_host", -1);
+  m.pending_as = f.optional<std::string>("pending_as", "");
   for (const auto& v : f.required<Array>("bundles")) {
     FieldReader b("reserve bundle", v);
     m.bundles.push_back(BundleSpec{b.optional<double>("cpus", 1), b.optional<double>("gpus", 0),
                                    b.optional<int64_t>("memory_bytes", 0),
-                                   b.optional<std::map<std::string, std::string>>("labels", {})});
+                                   b.optional<std::map<std::string, std::string>>("labels", {}),
+                                   b.optional<std::map<std::string, double>>("resources", {})});
   }
   return m;
 }
@@ -84,9 +89,12 @@ ReserveReply ReserveReply::from(const Value& value) {
 }
 
 Map Restore::to_map() const {
-  return Map{{"group_id", group_id},
-             {"bundles", Value(Reserve{group_id, bundles}.to_map()).find("bundles")->as_array()},
-             {"placed", ReserveReply{placed}.to_value().find("bundles")->as_array()}};
+  Map m{{"group_id", group_id},
+        {"bundles",
+         Value(Reserve{group_id, bundles, "PACK", -1, ""}.to_map()).find("bundles")->as_array()},
+        {"placed", ReserveReply{placed}.to_value().find("bundles")->as_array()}};
+  if (overcommit) m.emplace_back("overcommit", true);
+  return m;
 }
 
 Restore Restore::from(const Value& kwargs) {
@@ -97,6 +105,7 @@ Restore Restore::from(const Value& kwargs) {
   m.group_id = std::move(specs.group_id);
   m.bundles = std::move(specs.bundles);
   m.placed = ReserveReply::from(Map{{"bundles", f.required<Array>("placed")}}).bundles;
+  m.overcommit = f.optional<bool>("overcommit", false);
   if (m.placed.size() != m.bundles.size())
     throw Error(ErrorCode::kProtocol, std::string(kMethod) + ": " +
                                           std::to_string(m.bundles.size()) + " bundles but " +
@@ -109,6 +118,56 @@ Map Release::to_map() const { return Map{{"group_id", group_id}}; }
 Release Release::from(const Value& kwargs) {
   FieldReader f(kMethod, kwargs);
   return Release{f.required<std::string>("group_id")};
+}
+
+Value HostResources::to_value() const {
+  return Map{{"index", index},
+             {"name", name},
+             {"alive", alive},
+             {"cpus", cpus},
+             {"cpus_free", cpus_free},
+             {"gpu_ids", troupe::to_value(gpu_ids)},
+             {"gpus_free", troupe::to_value(gpus_free)},
+             {"memory_bytes", memory_bytes},
+             {"memory_free", memory_free},
+             {"resources", troupe::to_value(resources)},
+             {"resources_free", troupe::to_value(resources_free)}};
+}
+
+HostResources HostResources::from(const Value& value) {
+  FieldReader f("host resources", value);
+  HostResources h;
+  h.index = f.required<int64_t>("index");
+  h.name = f.required<std::string>("name");
+  h.alive = f.optional<bool>("alive", false);
+  h.cpus = f.optional<double>("cpus", 0);
+  h.cpus_free = f.optional<double>("cpus_free", 0);
+  h.gpu_ids = f.optional<std::vector<int>>("gpu_ids", {});
+  h.gpus_free = f.optional<std::vector<double>>("gpus_free", {});
+  if (h.gpus_free.size() != h.gpu_ids.size())
+    throw Error(ErrorCode::kProtocol, "host resources: " + std::to_string(h.gpu_ids.size()) +
+                                          " GPU ids but " + std::to_string(h.gpus_free.size()) +
+                                          " free shares");
+  h.memory_bytes = f.optional<int64_t>("memory_bytes", 0);
+  h.memory_free = f.optional<int64_t>("memory_free", 0);
+  h.resources = f.optional<std::map<std::string, double>>("resources", {});
+  h.resources_free = f.optional<std::map<std::string, double>>("resources_free", {});
+  return h;
+}
+
+Value Resources::reply(const std::vector<HostResources>& hosts) {
+  Array out;
+  for (const auto& h : hosts) out.push_back(h.to_value());
+  return out;
+}
+
+std::vector<HostResources> Resources::reply_from(const Value& value) {
+  if (!value.is_array())
+    throw Error(ErrorCode::kInvalidArgument, "resources reply: expected a list, got " +
+                                                 std::string(value_type_name(value.type())));
+  std::vector<HostResources> out;
+  for (const auto& v : value.as_array()) out.push_back(HostResources::from(v));
+  return out;
 }
 
 Value HostLost::to_value() const {

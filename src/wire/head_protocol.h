@@ -2,8 +2,9 @@
 // drivers: typed like control.h (same FieldReader errors; unknown fields ignored).
 //
 // Head requests (driver -> head): list_hosts, reserve, restore, release, describe_free,
-// name_register, name_lookup, name_remove.
-// Head events (head -> every client that is not an agent): host_lost, host_joined.
+// resources, name_register, name_lookup, name_remove.
+// Head events (head -> every client that is not an agent): host_lost, host_joined; and to a
+// driver that waits for resources (Reserve::pending_as): resources_freed.
 // Agent events (agent -> the driver that started the worker): worker_log.
 #pragma once
 
@@ -41,6 +42,7 @@ struct BundleSpec {
   double gpus = 0;
   int64_t memory_bytes = 0;
   std::map<std::string, std::string> labels;
+  std::map<std::string, double> resources;  // named amounts (head/placement.h BundleRequest)
 
   bool operator==(const BundleSpec&) const = default;
 };
@@ -51,6 +53,12 @@ struct Reserve {
   std::vector<BundleSpec> bundles;
   std::string strategy = "PACK";  // PACK, SPREAD, STRICT_PACK, STRICT_SPREAD
   int64_t only_host = -1;         // -1: any host
+  // Non-empty: when the bundles do not fit now, the head lists this connection as waiting, under
+  // this description (e.g. "placement group pg-1"), with the reason (`troupe status`), and sends
+  // it resources_freed whenever resources are freed or a host joins, until a reserve with the
+  // same description succeeds, the group id is released, or the connection closes. The reply is
+  // still kResourceUnavailable: the driver asks again.
+  std::string pending_as;
 
   bool operator==(const Reserve&) const = default;
   Map to_map() const;
@@ -81,6 +89,7 @@ struct Restore {
   std::string group_id;
   std::vector<BundleSpec> bundles;
   std::vector<PlacedBundle> placed;  // one per bundle
+  bool overcommit = false;           // book even where it does not fit (ResourceBook::restore)
 
   bool operator==(const Restore&) const = default;
   Map to_map() const;
@@ -103,6 +112,34 @@ struct DescribeFree {
   static constexpr const char* kMethod = "describe_free";  // no arguments
 };
 // Reply: one line of free resources per host, a list of strings.
+
+// What one host has and has free, every amount the head books.
+struct HostResources {
+  int64_t index = 0;
+  std::string name;
+  bool alive = false;
+  double cpus = 0, cpus_free = 0;
+  std::vector<int> gpu_ids;
+  std::vector<double> gpus_free;  // the free share of each of gpu_ids
+  int64_t memory_bytes = 0, memory_free = 0;
+  std::map<std::string, double> resources, resources_free;  // named amounts
+
+  bool operator==(const HostResources&) const = default;
+  Value to_value() const;
+  static HostResources from(const Value& value);
+};
+
+struct Resources {
+  static constexpr const char* kMethod = "resources";  // no arguments
+  static Value reply(const std::vector<HostResources>& hosts);
+  static std::vector<HostResources> reply_from(const Value& value);
+};
+
+// Sent to a driver with a waiting reservation (Reserve::pending_as) when resources were freed or
+// a host joined: it asks again. No fields.
+struct ResourcesFreed {
+  static constexpr const char* kEvent = "resources_freed";
+};
 
 struct HostLost {
   static constexpr const char* kEvent = "host_lost";

@@ -57,16 +57,27 @@ TEST(HeadProtocol, HostEntryRegisteredDefaultsToAlive) {
 TEST(HeadProtocol, ReserveRoundTrips) {
   Reserve r;
   r.group_id = "d1.vc-0-pg0";
-  r.bundles = {BundleSpec{2, 0.5, int64_t{1} << 30, {{"zone", "a"}}}, BundleSpec{1, 1, 0, {}}};
+  r.bundles = {BundleSpec{2, 0.5, int64_t{1} << 30, {{"zone", "a"}}, {{"tag", 1.5}}},
+               BundleSpec{1, 1, 0, {}, {}}};
   r.strategy = "STRICT_SPREAD";
   r.only_host = 3;
+  r.pending_as = "placement group trainer";
   EXPECT_EQ(Reserve::from(through_request(r)), r);
   // Defaults: PACK on any host; a bundle with no fields is 1 CPU and nothing else.
   Reserve d = Reserve::from(Map{{"group_id", "g"}, {"bundles", Array{Map{}}}});
   EXPECT_EQ(d.strategy, "PACK");
   EXPECT_EQ(d.only_host, -1);
+  EXPECT_EQ(d.pending_as, "");  // not waiting
   ASSERT_EQ(d.bundles.size(), 1u);
-  EXPECT_EQ(d.bundles[0], (BundleSpec{1, 0, 0, {}}));
+  EXPECT_EQ(d.bundles[0], (BundleSpec{1, 0, 0, {}, {}}));
+  // A named amount that is not a number is an error naming the field.
+  try {
+    Reserve::from(
+        Map{{"group_id", "g"}, {"bundles", Array{Map{{"resources", Map{{"tag", "two"}}}}}}});
+    ADD_FAILURE() << "a resource amount \"two\" was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("resources"), std::string::npos) << e.message();
+  }
 }
 
 TEST(HeadProtocol, ReserveReplyRoundTrips) {
@@ -77,9 +88,14 @@ TEST(HeadProtocol, ReserveReplyRoundTrips) {
 
 TEST(HeadProtocol, RestoreRoundTrips) {
   Restore r{"d1.vc-0-pg1",
-            {BundleSpec{2, 0.5, int64_t{1} << 30, {{"zone", "a"}}}, BundleSpec{1, 0, 0, {}}},
-            {PlacedBundle{1, {0}, 0.5}, PlacedBundle{0, {}, 0}}};
+            {BundleSpec{2, 0.5, int64_t{1} << 30, {{"zone", "a"}}, {{"tag", 1}}},
+             BundleSpec{1, 0, 0, {}, {}}},
+            {PlacedBundle{1, {0}, 0.5}, PlacedBundle{0, {}, 0}},
+            false};
   EXPECT_EQ(Restore::from(through_request(r)), r);
+  Restore over = r;
+  over.overcommit = true;
+  EXPECT_EQ(Restore::from(through_request(over)), over);
   // Every bundle needs its placement.
   Map m = r.to_map();
   m.back().second = Array{};
@@ -89,6 +105,33 @@ TEST(HeadProtocol, RestoreRoundTrips) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kProtocol) << e.what();
     EXPECT_EQ(e.message(), "restore: 2 bundles but 0 placements");
+  }
+}
+
+TEST(HeadProtocol, ResourcesReplyRoundTrips) {
+  HostResources a{0,
+                  "node-a",
+                  true,
+                  4,
+                  2.5,
+                  {0, 1},
+                  {1, 0.5},
+                  int64_t{8} << 30,
+                  1024,
+                  {{"tag", 2}, {"node:127.0.0.9", 1}},
+                  {{"tag", 0.5}, {"node:127.0.0.9", 1}}};
+  HostResources b{1, "node-b", false, 2, 2, {}, {}, 0, 0, {}, {}};
+  EXPECT_EQ(Resources::reply_from(through_response(Resources::reply({a, b}))),
+            (std::vector<HostResources>{a, b}));
+  // One free share per GPU id.
+  Value bad = a.to_value();
+  for (auto& [k, v] : bad.as_map())
+    if (k == "gpus_free") v = troupe::to_value(std::vector<double>{1});
+  try {
+    HostResources::from(bad);
+    ADD_FAILURE() << "2 GPU ids with 1 free share were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.message(), "host resources: 2 GPU ids but 1 free shares");
   }
 }
 
