@@ -54,12 +54,35 @@ class FakeHeadClient : public troupe::internal::HeadClient {
     check();
     return hosts_;
   }
+  using troupe::internal::HeadClient::reserve;
   std::vector<troupe::head::BundlePlacement> reserve(
       const std::string& group_id, const std::vector<troupe::head::BundleRequest>& bundles,
-      troupe::head::Strategy strategy, std::optional<size_t> only_host) override {
+      troupe::head::Strategy strategy, std::optional<size_t> only_host,
+      const std::string& /*pending_as*/) override {
     std::lock_guard<std::mutex> lock(mu_);
     check();
     return book_.reserve(group_id, bundles, strategy, only_host);
+  }
+  void book_at(const std::string& group_id, const std::vector<troupe::head::BundleRequest>& bundles,
+               const std::vector<troupe::head::BundlePlacement>& placements,
+               bool overcommit) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    check();
+    book_.restore(group_id, bundles, placements, overcommit);
+  }
+  std::vector<troupe::wire::control::HostResources> resources() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    check();
+    std::vector<troupe::wire::control::HostResources> out;
+    for (size_t i = 0; i < book_.hosts().size(); ++i) {
+      troupe::wire::control::HostResources h;
+      h.index = static_cast<int64_t>(i);
+      h.name = book_.hosts()[i].name;
+      h.cpus = book_.hosts()[i].cpus;
+      h.cpus_free = book_.free_resources(i).cpus;
+      out.push_back(std::move(h));
+    }
+    return out;
   }
   bool release(const std::string& group_id) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -76,8 +99,8 @@ class FakeHeadClient : public troupe::internal::HeadClient {
 
  private:
   static troupe::head::HostCapacity capacity_of(const troupe::head::HostRecord& h) {
-    return troupe::head::HostCapacity{h.host_name,    h.num_cpus, h.gpu_ids,
-                                      h.memory_bytes, h.labels,   h.alive};
+    return troupe::head::HostCapacity{h.host_name, h.num_cpus, h.gpu_ids, h.memory_bytes,
+                                      h.labels,    {},         h.alive};
   }
   void check() const {
     if (failure_) throw *failure_;

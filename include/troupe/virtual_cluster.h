@@ -87,6 +87,10 @@ struct VirtualClusterOptions {
   int max_retries = 3;
   std::chrono::milliseconds retry_backoff{200};
   std::chrono::milliseconds creation_timeout{30000};
+  // Wait for resources other drivers hold, as a Ray placement group does: creation waits up to
+  // creation_timeout (max_retries does not apply), listed by `troupe status` as waiting with the
+  // reason, and tries again each time the head says resources were freed.
+  bool wait_for_resources = false;
 };
 
 namespace internal {

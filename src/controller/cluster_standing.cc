@@ -253,6 +253,10 @@ void StandingBackend::mark_lost(const std::vector<std::shared_ptr<WorkerState>>&
 }
 
 void StandingBackend::on_head_event(wire::Event&& event) {
+  if (event.name == control::ResourcesFreed::kEvent) {
+    if (c_.head_client_) c_.head_client_->notify_freed();
+    return;
+  }
   if (event.name != control::HostLost::kEvent) return;
   control::HostLost lost;
   try {

@@ -14,20 +14,33 @@ namespace control = wire::control;
 class EmbeddedHeadClient : public HeadClient {
  public:
   explicit EmbeddedHeadClient(std::shared_ptr<head::Head> head)
-      : owned_(std::move(head)), head_(*owned_) {}
+      : owned_(std::move(head)), head_(*owned_) {
+    head_.set_on_resources_freed([this, alive = std::weak_ptr<int>(alive_)] {
+      if (alive.lock()) notify_freed();
+    });
+  }
   std::vector<head::HostRecord> hosts() override { return head_.hosts(); }
+  ~EmbeddedHeadClient() override { head_.set_on_resources_freed(nullptr); }
+  using HeadClient::reserve;
   std::vector<head::BundlePlacement> reserve(const std::string& group_id,
                                              const std::vector<head::BundleRequest>& bundles,
                                              head::Strategy strategy,
-                                             std::optional<size_t> only_host) override {
-    return head_.reserve(group_id, bundles, strategy, only_host);
+                                             std::optional<size_t> only_host,
+                                             const std::string& pending_as) override {
+    return head_.reserve(group_id, bundles, strategy, only_host, pending_as);
   }
+  void book_at(const std::string& group_id, const std::vector<head::BundleRequest>& bundles,
+               const std::vector<head::BundlePlacement>& placements, bool overcommit) override {
+    head_.restore(group_id, bundles, placements, overcommit);
+  }
+  std::vector<control::HostResources> resources() override { return head_.resources(); }
   bool release(const std::string& group_id) override { return head_.release(group_id); }
   std::vector<std::string> describe_free() override { return head_.describe_free(); }
 
  private:
   std::shared_ptr<head::Head> owned_;
   head::Head& head_;
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // the head's callback's check
 };
 
 head::HostRecord to_record(const control::HostEntry& e) {
@@ -55,6 +68,26 @@ Value HeadClient::ask_names(const char* method, const Map&) {
               std::string(method) +
                   ": named workers shared between drivers need a standing cluster (troupe start "
                   "--head); this cluster is embedded in its driver");
+}
+
+uint64_t HeadClient::add_freed_listener(std::function<void()> listener) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  freed_listeners_.emplace(next_listener_, std::move(listener));
+  return next_listener_++;
+}
+
+void HeadClient::remove_freed_listener(uint64_t id) {
+  std::lock_guard<std::mutex> lock(listeners_mu_);
+  freed_listeners_.erase(id);
+}
+
+void HeadClient::notify_freed() {
+  std::vector<std::function<void()>> listeners;
+  {
+    std::lock_guard<std::mutex> lock(listeners_mu_);
+    for (const auto& [id, l] : freed_listeners_) listeners.push_back(l);
+  }
+  for (const auto& l : listeners) l();
 }
 
 std::unique_ptr<HeadClient> make_embedded_head_client(std::shared_ptr<head::Head> head) {
@@ -125,13 +158,14 @@ size_t RemoteHeadClient::head_id(size_t host) {
 
 std::vector<head::BundlePlacement> RemoteHeadClient::reserve(
     const std::string& group_id, const std::vector<head::BundleRequest>& bundles,
-    head::Strategy strategy, std::optional<size_t> only_host) {
+    head::Strategy strategy, std::optional<size_t> only_host, const std::string& pending_as) {
   control::Reserve m;
   m.group_id = group_id;
   for (const auto& b : bundles)
-    m.bundles.push_back(control::BundleSpec{b.cpus, b.gpus, b.memory_bytes, b.labels});
+    m.bundles.push_back(control::BundleSpec{b.cpus, b.gpus, b.memory_bytes, b.labels, b.resources});
   m.strategy = head::strategy_name(strategy);
   m.only_host = only_host ? static_cast<int64_t>(head_id(*only_host)) : -1;
+  m.pending_as = pending_as;
   auto reply = control::ReserveReply::from(ask(control::Reserve::kMethod, m.to_map()));
   Held held{bundles, {}, {}};
   for (bool listed = false; held.placements.size() < reply.bundles.size(); listed = true) {
@@ -157,6 +191,37 @@ std::vector<head::BundlePlacement> RemoteHeadClient::reserve(
     if (held.placements.size() == reply.bundles.size()) held_[group_id] = held;
   }
   return held.placements;
+}
+
+void RemoteHeadClient::book_at(const std::string& group_id,
+                               const std::vector<head::BundleRequest>& bundles,
+                               const std::vector<head::BundlePlacement>& placements,
+                               bool overcommit) {
+  control::Restore m{group_id, {}, {}, overcommit};
+  Held held{bundles, {}, placements};
+  for (size_t b = 0; b < bundles.size() && b < placements.size(); ++b) {
+    const auto& r = bundles[b];
+    m.bundles.push_back(control::BundleSpec{r.cpus, r.gpus, r.memory_bytes, r.labels, r.resources});
+    size_t head_host = head_id(placements[b].host);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held.hosts.push_back(known_.at(placements[b].host).host_name);
+    }
+    m.placed.push_back(control::PlacedBundle{static_cast<int64_t>(head_host), placements[b].gpu_ids,
+                                             placements[b].gpu_share});
+  }
+  ask(control::Restore::kMethod, m.to_map());
+  std::lock_guard<std::mutex> lock(mu_);
+  held_[group_id] = std::move(held);
+}
+
+std::vector<control::HostResources> RemoteHeadClient::resources() {
+  auto hosts = control::Resources::reply_from(ask(control::Resources::kMethod, {}));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& h : hosts) h.index = static_cast<int64_t>(driver_id_locked(h.name));
+  std::sort(hosts.begin(), hosts.end(),
+            [](const auto& a, const auto& b) { return a.index < b.index; });
+  return hosts;
 }
 
 bool RemoteHeadClient::release(const std::string& group_id) {
@@ -196,7 +261,8 @@ size_t RemoteHeadClient::reattach(std::shared_ptr<transport::RpcPeer> peer,
       control::Restore m{id, {}, {}};
       for (size_t b = 0; b < h.bundles.size(); ++b) {
         const auto& r = h.bundles[b];
-        m.bundles.push_back(control::BundleSpec{r.cpus, r.gpus, r.memory_bytes, r.labels});
+        m.bundles.push_back(
+            control::BundleSpec{r.cpus, r.gpus, r.memory_bytes, r.labels, r.resources});
         std::lock_guard<std::mutex> lock(mu_);
         auto it = head_ids_.find(h.hosts[b]);
         if (it == head_ids_.end() || !known_.at(h.placements[b].host).alive)

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,6 +19,7 @@
 #include "head/head.h"
 #include "head/placement.h"
 #include "transport/rpc_peer.h"
+#include "wire/head_protocol.h"
 
 namespace troupe::internal {
 
@@ -26,10 +29,24 @@ class HeadClient {
   // Every host the head knows, indexed by the id the head assigned. Throws Error.
   virtual std::vector<head::HostRecord> hosts() = 0;
   // Reserves bundles, all or nothing (head/placement.h). Throws Error(kResourceUnavailable)
-  // when they do not fit; another Error when the head cannot be reached.
+  // when they do not fit; another Error when the head cannot be reached. With `pending_as`, a
+  // reservation that does not fit is listed as waiting (wire::control::Reserve::pending_as) and
+  // the freed listeners are called when it may fit.
   virtual std::vector<head::BundlePlacement> reserve(
       const std::string& group_id, const std::vector<head::BundleRequest>& bundles,
-      head::Strategy strategy, std::optional<size_t> only_host) = 0;
+      head::Strategy strategy, std::optional<size_t> only_host, const std::string& pending_as) = 0;
+  std::vector<head::BundlePlacement> reserve(const std::string& group_id,
+                                             const std::vector<head::BundleRequest>& bundles,
+                                             head::Strategy strategy,
+                                             std::optional<size_t> only_host) {
+    return reserve(group_id, bundles, strategy, only_host, "");
+  }
+  // Books `group_id` exactly at `placements` (hosts: this client's ids), all or nothing; with
+  // `overcommit` even where it does not fit (head::ResourceBook::restore). Throws Error.
+  virtual void book_at(const std::string& group_id, const std::vector<head::BundleRequest>& bundles,
+                       const std::vector<head::BundlePlacement>& placements, bool overcommit) = 0;
+  // Every host's capacity and free amounts, by this client's host ids. Throws Error.
+  virtual std::vector<wire::control::HostResources> resources() = 0;
   // Frees a reservation; idempotent. Throws Error when the head cannot be reached.
   virtual bool release(const std::string& group_id) = 0;
   // Free resources of every host, one line each.
@@ -38,6 +55,18 @@ class HeadClient {
   // name_remove: wire/head_protocol.h); its reply. Only a standing head has the registry: the
   // default throws Error(kInvalidArgument) saying so.
   virtual Value ask_names(const char* method, const Map& kwargs);
+
+  // Listeners called when a reservation this driver waits for may fit now (the head said so).
+  // They run on the thread that learnt it (an I/O thread, or one that released resources), with
+  // no lock of this client's held, and must not block. Thread-safe.
+  uint64_t add_freed_listener(std::function<void()> listener);
+  void remove_freed_listener(uint64_t id);
+  void notify_freed();
+
+ private:
+  std::mutex listeners_mu_;
+  uint64_t next_listener_ = 1;
+  std::map<uint64_t, std::function<void()>> freed_listeners_;
 };
 
 // A standing head over TCP, as one driver sees it.
@@ -55,10 +84,15 @@ class RemoteHeadClient : public HeadClient {
                    std::chrono::milliseconds timeout);
 
   std::vector<head::HostRecord> hosts() override;
+  using HeadClient::reserve;
   std::vector<head::BundlePlacement> reserve(const std::string& group_id,
                                              const std::vector<head::BundleRequest>& bundles,
                                              head::Strategy strategy,
-                                             std::optional<size_t> only_host) override;
+                                             std::optional<size_t> only_host,
+                                             const std::string& pending_as) override;
+  void book_at(const std::string& group_id, const std::vector<head::BundleRequest>& bundles,
+               const std::vector<head::BundlePlacement>& placements, bool overcommit) override;
+  std::vector<wire::control::HostResources> resources() override;
   bool release(const std::string& group_id) override;
   std::vector<std::string> describe_free() override;
   Value ask_names(const char* method, const Map& kwargs) override { return ask(method, kwargs); }

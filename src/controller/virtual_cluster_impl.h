@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <set>
@@ -240,7 +241,7 @@ class VirtualClusterImpl {
         auto placed =
             options_.use_unified_placement_group
                 ? head.reserve(wanted[i].first, wanted[i].second, to_head(strategies[i]),
-                               std::nullopt)
+                               std::nullopt, waiting_as())
                 : reserve_node_group(head, wanted[i].first, wanted[i].second, groups, hosts.size());
         PlacementGroup g;
         g.id = wanted[i].first;
@@ -263,7 +264,7 @@ class VirtualClusterImpl {
     } catch (...) {
       for (const auto& g : groups) {
         try {
-          head.release(g.id);
+          if (head.release(g.id)) ++rolled_back_;
         } catch (const Error&) {  // the head is gone: nothing stays reserved there
         }
       }
@@ -283,12 +284,18 @@ class VirtualClusterImpl {
     for (size_t h = 0; h < host_count; ++h) {
       if (used.count(h)) continue;
       try {
-        return head.reserve(id, bundles, head::Strategy::kStrictPack, h);
+        return head.reserve(id, bundles, head::Strategy::kStrictPack, h, waiting_as());
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kResourceUnavailable) throw;
       }
     }
-    return head.reserve(id, bundles, head::Strategy::kStrictPack, std::nullopt);
+    return head.reserve(id, bundles, head::Strategy::kStrictPack, std::nullopt, waiting_as());
+  }
+
+  // How the head lists this cluster while it waits for resources ("": it does not wait).
+  std::string waiting_as() const {
+    return options_.wait_for_resources ? "virtual cluster " + options_.name + " (" + id_ + ")"
+                                       : std::string();
   }
 
   // Ranks follow the physical layout: topology label, then host index, then GPU.
@@ -319,7 +326,61 @@ class VirtualClusterImpl {
     return ports;
   }
 
+  // wait_for_resources: tries again each time the head says resources were freed, until the
+  // deadline. The releases of its own rollback (reserve_all gives back the groups it placed when
+  // a later one does not fit) notify it too; they are counted out, so only another's release
+  // (or a host joining) wakes it.
+  void reserve_waiting() {
+    auto deadline = Clock::now() + options_.creation_timeout;
+    auto& head = Access::impl(runtime_).head_client();
+    struct Freed {
+      std::mutex mu;
+      std::condition_variable cv;
+      uint64_t count = 0;
+    };
+    auto freed = std::make_shared<Freed>();
+    uint64_t listener = head.add_freed_listener([freed] {
+      std::lock_guard<std::mutex> lock(freed->mu);
+      ++freed->count;
+      freed->cv.notify_all();
+    });
+    struct Unlisten {
+      HeadClient& head;
+      uint64_t id;
+      ~Unlisten() { head.remove_freed_listener(id); }
+    } unlisten{head, listener};
+    bool told = false;
+    for (;;) {
+      uint64_t before;
+      {
+        std::lock_guard<std::mutex> lock(freed->mu);
+        before = freed->count;
+      }
+      rolled_back_ = 0;
+      try {
+        reserve_all();
+        return;
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kResourceUnavailable) throw;
+        if (!told)
+          TROUPE_LOG(Info) << "virtual cluster '" << options_.name
+                           << "' waits for resources (up to " << options_.creation_timeout.count()
+                           << " ms): " << e.message();
+        told = true;
+        std::unique_lock<std::mutex> lock(freed->mu);
+        bool woke = freed->cv.wait_until(lock, deadline,
+                                         [&] { return freed->count - before > rolled_back_; });
+        if (!woke)
+          throw Error(ErrorCode::kResourceUnavailable,
+                      "virtual cluster '" + options_.name + "' waited " +
+                          std::to_string(options_.creation_timeout.count()) +
+                          " ms for resources: " + e.message());
+      }
+    }
+  }
+
   void reserve_with_retries() {
+    if (options_.wait_for_resources) return reserve_waiting();
     auto deadline = Clock::now() + options_.creation_timeout;
     auto backoff = options_.retry_backoff;
     for (int attempt = 0;; ++attempt) {
@@ -343,6 +404,7 @@ class VirtualClusterImpl {
 
   Cluster& runtime_;
   VirtualClusterOptions options_;
+  size_t rolled_back_ = 0;  // groups reserve_all gave back at its last failure (reserve_waiting)
   std::string id_;
   std::vector<PlacementGroup> groups_;
   std::set<size_t> ports_hosts_;

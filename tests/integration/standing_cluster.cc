@@ -49,9 +49,9 @@ bool StandingCluster::start_agents(const std::vector<StandingHost>& hosts,
                                    const std::vector<std::string>& extra) {
   for (const auto& h : hosts) {
     std::vector<std::string> argv{
-        cli_, "start",       "--address", address_,     "--block", "--node-ip-address",
-        h.ip, "--host-name", h.name,      "--num-cpus", h.cpus,    "--num-gpus",
-        "0"};
+        cli_,  "start",       "--address", address_,     "--block", "--node-ip-address",
+        h.ip,  "--host-name", h.name,      "--num-cpus", h.cpus,    "--num-gpus",
+        h.gpus};
     argv.insert(argv.end(), extra.begin(), extra.end());
     agents_.push_back(spawn_to_file(argv, dir_ + "/agent-" + h.name + ".log"));
   }

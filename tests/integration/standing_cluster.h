@@ -27,6 +27,7 @@ struct StandingHost {
   std::string name;
   std::string ip;  // a loopback address of its own, e.g. 127.0.0.41
   std::string cpus = "2";
+  std::string gpus = "0";  // declared GPUs (ids 0..n-1)
 };
 
 class StandingCluster {
@@ -40,7 +41,7 @@ class StandingCluster {
   // Starts the head with `extra` options added; true once its log says where it listens (a test
   // failure and false when it does not within the tests' deadline).
   bool start_head(const std::vector<std::string>& extra = {});
-  // Starts an agent per host (no GPUs; `extra` options added to each), then waits until
+  // Starts an agent per host (`extra` options added to each), then waits until
   // `troupe status` shows every one up (a test failure and false when it does not in time).
   bool start_agents(const std::vector<StandingHost>& hosts,
                     const std::vector<std::string>& extra = {});
