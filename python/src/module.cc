@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 
+#include "cluster_resources.h"
 #include "cluster_services.h"
 #include "futures.h"
 #include "sibling_fork.h"
@@ -255,7 +256,9 @@ void bind_driver(pyb::module_& m) {
           "stop", [](const Worker& w, double grace_s) { return w.stop(ms(grace_s)); }, nogil());
 
   pyb::class_<Cluster, Holder<Cluster>>(m, "Cluster")
-      .def(pyb::init([](std::vector<std::tuple<std::string, std::string, double, int>> hosts,
+      .def(pyb::init([](std::vector<std::tuple<std::string, std::string, double, int,
+                                               std::map<std::string, std::string>>>
+                            hosts,
                         std::string session_dir, bool log_to_driver, double start_timeout_s,
                         std::map<std::string, ExeSpec> executables, ExeSpec agent,
                         ExeSpec python_default, std::map<std::string, std::string> python_per_class,
@@ -266,8 +269,8 @@ void bind_driver(pyb::module_& m) {
         o.address = address;
         o.metrics_port = metrics_port;
         o.hosts.clear();
-        for (auto& [name, address, cpus, gpus] : hosts)
-          o.hosts.push_back(HostSpec{name, address, cpus, gpus, {}});
+        for (auto& [name, address, cpus, gpus, labels] : hosts)
+          o.hosts.push_back(HostSpec{name, address, cpus, gpus, labels});
         o.session_dir = session_dir;
         o.log_to_driver = log_to_driver;
         o.start_timeout = ms(start_timeout_s);
@@ -530,6 +533,7 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "troupe's C++ core; use the `troupe` package instead.";
   py::bind_futures(m);
   py::bind_driver(m);
+  py::bind_cluster_resources(m);
   m.def("register_python_class", &py::register_python_class);
   m.def("set_python_executable", &py::set_python_executable);
   m.def("install_python_classes", &py::install_python_classes);

@@ -180,6 +180,8 @@ class Cluster:
             without importing them again (README "Python fork server"); the environment
             variable TROUPE_PYTHON_PRELOAD (comma-separated) adds to them. A preload that starts
             a thread or initialises CUDA is refused (its workers are exec'd, logged once).
+        host_labels: one dict of labels per host (missing: none); a label "resource:NAME" =
+            AMOUNT gives the host that much of a custom resource, as `troupe start --resources`.
 
     Python classes ("pkg.module.Class", or a class object) need no registration: their worker
     is ``python`` running troupe's worker runtime, importing the class by name (with this
@@ -189,9 +191,11 @@ class Cluster:
     def __init__(self, num_hosts=1, num_gpus_per_host=0, num_cpus_per_host=0, *,
                  session_dir="", log_to_driver=True, start_timeout=30.0, executables=None,
                  python_executables=None, python=None, address=None,
-                 metrics_port=None, python_preload=None):
+                 metrics_port=None, python_preload=None, host_labels=None):
         python = python or sys.executable
-        hosts = [(f"host-{i}", f"127.0.0.{i + 2}", float(num_cpus_per_host), int(num_gpus_per_host))
+        labels = list(host_labels or [])
+        hosts = [(f"host-{i}", f"127.0.0.{i + 2}", float(num_cpus_per_host), int(num_gpus_per_host),
+                  {str(k): str(v) for k, v in (labels[i] if i < len(labels) else {}).items()})
                  for i in range(num_hosts)]
         boot = _bootstrap(_driver_paths())
         agent = (python, boot, {})
@@ -246,6 +250,39 @@ class Cluster:
     def hosts(self):
         """The hosts: index, name, address, num_cpus, gpu_ids, agent_pid, alive."""
         return self._c.hosts()
+
+    # -- the head's book of resources (one for every driver of the cluster) -----------------
+    # A bundle is a dict of amounts in Ray's terms: "CPU", "GPU", "memory" (bytes) and named
+    # ones (custom resources, "object_store_memory", "node:<address>").
+    def try_book(self, booking_id, bundles, strategy="PACK", only_host=None, waiting_as=""):
+        """Books `bundles` at the head under `booking_id`, all or nothing: [(host, gpu_ids,
+        gpu_share)] per bundle, or None when they do not fit now. With `waiting_as`, the head
+        lists this driver as waiting (`troupe status`) and on_resources_freed listeners are
+        called whenever trying again may succeed."""
+        return _core.try_book(self._c, booking_id, list(bundles), strategy, only_host,
+                              waiting_as)
+
+    def book_at(self, booking_id, bundles, placements, overcommit=False):
+        """Books `bundles` exactly at `placements` [(host, gpu_ids, gpu_share)]; with
+        `overcommit`, even where they do not fit."""
+        _core.book_at(self._c, booking_id, list(bundles), list(placements), bool(overcommit))
+
+    def unbook(self, booking_id):
+        """Frees a booking (idempotent); whether it existed."""
+        return _core.unbook(self._c, booking_id)
+
+    def host_resources(self):
+        """Every host's {index, name, alive, total, free, gpus_free}, all drivers' bookings
+        counted."""
+        return _core.host_resources(self._c)
+
+    def on_resources_freed(self, listener):
+        """Calls listener() on a troupe thread (it must not block nor call troupe) when a
+        booking this driver waits for may fit now; returns an id to remove it."""
+        return _core.on_resources_freed(self._c, listener)
+
+    def remove_resources_freed_listener(self, listener_id):
+        _core.remove_resources_freed_listener(self._c, listener_id)
 
     @property
     def session_dir(self):

@@ -247,6 +247,8 @@ std::string Dashboard::state_json() const {
   out["hosts"] = hosts_json(status, agents.hosts(), lists);
   const Value* groups = status.find("placement_groups");
   out["placement_groups"] = groups ? dash_json(*groups) : json::array();
+  const Value* waiting = status.find("waiting");
+  out["waiting"] = waiting ? dash_json(*waiting) : json::array();
   out["groups"] = groups_json(agents.hosts(), workers, logs);
   out["log_lines"] = options_.log_lines;
   out["gathered_ms"] =

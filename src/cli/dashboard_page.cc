@@ -39,6 +39,7 @@ pre { margin: 0; font-size: 12px; max-width: 60em; white-space: pre-wrap; }
 <table id="hosts"></table>
 <h2>Placement groups</h2>
 <table id="pgs"></table>
+<table id="waiting"></table>
 <h2>Worker groups</h2>
 <div id="groups"></div>
 <p class="note">call: the method the worker runs now and for how long (as of the refresh).
@@ -97,6 +98,8 @@ function render(s) {
        ["host", "address", "CPUs", "GPUs", "memory", "state", "reserved"], hostRows(s.hosts));
   fill(document.getElementById("pgs"), ["placement group", "bundles"],
        s.placement_groups.map(g => [g.id, g.bundles]));
+  fill(document.getElementById("waiting"), ["waiting for resources", "driver", "for", "reason"],
+       s.waiting.map(w => [w.what, w.driver, age(Math.round(w.waiting_s * 1000)), w.reason]));
   const groups = document.getElementById("groups");
   groups.replaceChildren();
   if (s.groups.length === 0) groups.appendChild(cell("p", "(no workers)", "note"));

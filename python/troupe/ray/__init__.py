@@ -3,7 +3,7 @@
 ``from troupe import ray`` (or ``troupe.ray.install()`` then ``import ray``): a Ray actor is a
 troupe worker hosting the class (troupe.ray._host.ActorHost), a task runs on a pooled troupe
 worker of its node, an ObjectRef is a troupe future (or a value held by the driver), a
-placement group reserves bundles in the driver's resource ledger over troupe's hosts. The
+placement group reserves bundles at the head, in the one book of every driver of the cluster. The
 README's "Coming from Ray" section lists what is supported and what is refused; anything
 outside that subset raises NotSupportedError (or TypeError for an unknown option) naming it.
 ARCHITECTURE.md ("The Python package") names the layers of its modules.

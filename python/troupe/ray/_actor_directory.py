@@ -208,12 +208,19 @@ class _ActorStart:
 
     def __init__(self, actor):
         self.actor = actor
+        self.booking_id = None  # one id for every attempt: unbooking it ends its waiting
 
     def try_place(self, runtime):
         if self.actor.dead is not None:
+            if self.booking_id:
+                runtime.cluster.unbook(self.booking_id)
             return True
+        if self.booking_id is None:
+            self.booking_id = runtime.new_booking_id("actor")
+        what = self.actor.name or self.actor.actor_id[:12]
         alloc = runtime.allocate(_resources.request_of(self.actor.options, actor=True),
-                                 self.actor.options.get("scheduling_strategy"))
+                                 self.actor.options.get("scheduling_strategy"), self.booking_id,
+                                 f"actor {self.actor.cls_name} {what}")
         if alloc is None:
             return False
         runtime.start_actor(self.actor, alloc)

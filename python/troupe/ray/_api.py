@@ -160,10 +160,15 @@ class DriverApi:
         """actor_info of every actor this driver created, in creation order (dead ones too)."""
         return [self.actor_info(a) for a in list(self.rt.actors)]
 
+    def _hosts(self):
+        """(Node, the head's record of it) of every host: what it has and has free, every
+        driver's bookings counted."""
+        return [(self.rt.node_at[h["index"]], h) for h in self.rt.cluster.host_resources()
+                if h["index"] in self.rt.node_at]
+
     def available_resources_per_node(self):
-        with self.rt.lock:
-            return {n.node_id: {k: v for k, v in n.pool.avail.items() if v > 1e-9}
-                    for n in self.rt.nodes if n.alive}
+        return {n.node_id: {k: v for k, v in h["free"].items() if v > 1e-9}
+                for n, h in self._hosts() if h["alive"]}
 
     def pg_table(self, pg_id):
         with self.rt.lock:
@@ -172,23 +177,23 @@ class DriverApi:
             return {s.pg_id: _pg_entry(s) for s in self.rt.pgs.values()}
 
     def nodes(self):
-        out = []
-        with self.rt.lock:
-            for n in self.rt.nodes:
-                out.append({"NodeID": n.node_id, "Alive": n.alive, "NodeManagerAddress":
-                            n.address, "NodeManagerHostname": n.name, "NodeName": n.address,
-                            "Resources": dict(n.pool.total), "alive": n.alive})
-        return out
+        return [{"NodeID": n.node_id, "Alive": h["alive"], "NodeManagerAddress": n.address,
+                 "NodeManagerHostname": n.name, "NodeName": n.address,
+                 "Resources": {k: v for k, v in h["total"].items() if v > 1e-9},
+                 "alive": h["alive"]} for n, h in self._hosts()]
 
     def cluster_resources(self):
+        hosts = self._hosts()
         with self.rt.lock:
-            return _sum([n.pool.total for n in self.rt.nodes if n.alive]
-                        + _group_resources(self.rt.pgs.values(), "total"))
+            groups = _group_resources(self.rt.pgs.values(), "total")
+        out = _sum([h["total"] for _, h in hosts if h["alive"]] + groups)
+        return {k: v for k, v in out.items() if v > 1e-9}
 
     def available_resources(self):
+        hosts = self._hosts()
         with self.rt.lock:
-            out = _sum([n.pool.avail for n in self.rt.nodes if n.alive]
-                       + _group_resources(self.rt.pgs.values(), "avail"))
+            groups = _group_resources(self.rt.pgs.values(), "avail")
+        out = _sum([h["free"] for _, h in hosts if h["alive"]] + groups)
         return {k: v for k, v in out.items() if v > 1e-9}
 
 

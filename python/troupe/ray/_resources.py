@@ -1,11 +1,11 @@
-"""The driver's resource ledger: what each node (troupe host) and each placement-group bundle
-has and has left, GPU ids included, and where bundles, actors and tasks fit.
+"""Resource amounts in Ray's terms: what each placement-group bundle has and has left, GPU ids
+included (a Pool), the nodes (troupe hosts, whose amounts the head books), and what an actor or
+task asks for.
 
 Not thread-safe: the runtime calls it on its dispatcher thread (or under its lock).
 """
 
 import hashlib
-import os
 
 EPS = 1e-9
 
@@ -70,41 +70,22 @@ class Pool:
 RESOURCE_LABEL = "resource:"  # troupe::kResourceLabelPrefix (include/troupe/cluster.h)
 
 
-def custom_of(host, extra):
-    """A host's custom resources: its labels "resource:NAME" = AMOUNT (`troupe start
-    --resources`), plus `extra` (ray.init(resources=) for an embedded cluster's first host)."""
-    out = {k[len(RESOURCE_LABEL):]: float(v) for k, v in (host.get("labels") or {}).items()
-           if k.startswith(RESOURCE_LABEL)}
-    out.update(extra or {})
-    return out
+def labels_of(custom):
+    """Host labels that give a host the custom resources `custom` ({name: amount}), as
+    `troupe start --resources` does (ray.init(resources=) for an embedded cluster's first
+    host)."""
+    return {f"{RESOURCE_LABEL}{k}": repr(float(v)) for k, v in (custom or {}).items()}
 
 
 class Node:
-    def __init__(self, index, name, address, cpus, gpu_ids, custom):
+    """A troupe host as Ray names it. What it has and has free is the head's
+    (troupe.Cluster.host_resources)."""
+
+    def __init__(self, index, name, address):
         self.index = index
         self.name = name
         self.address = address
         self.node_id = node_id_of(address, name)
-        self.alive = True
-        amounts = {"CPU": float(cpus), "GPU": float(len(gpu_ids)), f"node:{address}": 1.0,
-                   "memory": default_memory(), "object_store_memory": default_memory(0.3)}
-        amounts.update({k: float(v) for k, v in (custom or {}).items()})
-        self.pool = Pool(amounts, {g: 1.0 for g in gpu_ids})
-
-
-def default_memory(share=0.7):
-    """A node's logical "memory" resource in bytes, as Ray sizes it: what is available on this
-    machine less Ray's default object store share (30%, the "object_store_memory" Ray reports:
-    share=0.3). A host's `troupe start --resources memory=BYTES` overrides it. Requests
-    (options(memory=)) are only accounted, never enforced."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return float(int(int(line.split()[1]) * 1024 * share))
-    except OSError:
-        pass
-    return float(int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * share))
 
 
 class Bundle:
@@ -121,62 +102,13 @@ class Bundle:
         self.pool = Pool(amounts, shares)
 
 
-def place_bundles(nodes, requests, strategy):
-    """Node indices for each bundle request under `strategy`, or None when they do not fit
-    now. Takes nothing (the caller takes on success)."""
-    live = [n for n in nodes if n.alive]
-    sim = {n.index: _SimPool(n.pool) for n in live}
-
-    def fits(n, r):
-        return sim[n.index].take(r)
-
-    if strategy in ("STRICT_PACK", "PACK"):
-        for n in live:
-            trial = _SimPool(n.pool)
-            if all(trial.take(r) for r in requests):
-                return [n.index] * len(requests)
-        if strategy == "STRICT_PACK":
-            return None
-        out = []
-        for r in requests:
-            n = next((n for n in live if fits(n, r)), None)
-            if n is None:
-                return None
-            out.append(n.index)
-        return out
-    if strategy in ("SPREAD", "STRICT_SPREAD"):
-        out, used = [], set()
-        for r in requests:
-            n = next((n for n in live if n.index not in used and fits(n, r)), None)
-            if n is None and strategy == "SPREAD":
-                n = next((n for n in live if fits(n, r)), None)
-            if n is None:
-                return None
-            used.add(n.index)
-            out.append(n.index)
-        return out
-    raise ValueError(f"placement strategy {strategy!r}: use PACK, SPREAD, STRICT_PACK or "
-                     "STRICT_SPREAD")
-
-
-class _SimPool:
-    """A copy of a pool to try placements on."""
-
-    def __init__(self, pool):
-        self.p = Pool({}, {})
-        self.p.total, self.p.avail, self.p.gpu_free = (dict(pool.total), dict(pool.avail),
-                                                       dict(pool.gpu_free))
-
-    def take(self, r):
-        return self.p.take(r) is not None
-
-
-def feasible_somewhere(nodes, request):
-    """Whether some node could ever hold `request` (by its totals)."""
-    for n in nodes:
-        if not n.alive:
+def feasible_somewhere(hosts, request):
+    """Whether some live host of `hosts` (troupe.Cluster.host_resources) could ever hold
+    `request`, by its totals."""
+    for h in hosts:
+        if not h["alive"]:
             continue
-        total = Pool(n.pool.total, {g: 1.0 for g in n.pool.gpu_free})
+        total = Pool(h["total"], {g: 1.0 for g in h["gpus_free"]})
         if total.fits(request):
             return True
     return False

@@ -19,8 +19,8 @@ class DriverRuntime(_ledger.ResourceLedger, _actor_directory.ActorDirectory):
     """`api_of(runtime)`: the API that workers' nested calls are served by (the proxy server's
     ops); `api_host`: the address workers on other hosts reach this driver on."""
 
-    def __init__(self, cluster, owned, namespace, runtime_env, install_as_ray, custom_resources,
-                 api_of, api_host="127.0.0.1", standing=False):
+    def __init__(self, cluster, owned, namespace, runtime_env, install_as_ray, api_of,
+                 api_host="127.0.0.1", standing=False):
         self.cluster = cluster
         self.owned = owned
         self.standing = standing  # a standing cluster: named actors are shared through its head
@@ -30,10 +30,10 @@ class DriverRuntime(_ledger.ResourceLedger, _actor_directory.ActorDirectory):
         self.job_runtime_env = dict(runtime_env or {})  # working_dir, py_modules, nsight too
         self.install_as_ray = install_as_ray
         self.lock = threading.RLock()
-        self.nodes = [_resources.Node(h["index"], h["name"], h["address"], h["num_cpus"],
-                                      h["gpu_ids"], _resources.custom_of(
-                                          h, custom_resources if h["index"] == 0 else None))
+        self.nodes = [_resources.Node(h["index"], h["name"], h["address"])
                       for h in cluster.hosts()]
+        self.node_at = {n.index: n for n in self.nodes}
+        self.checked_feasible = set()  # requests whose feasibility was checked (warned once)
         self.exported = {}  # (ref id, index) -> ObjectRef: what workers can name
         self.leased = set()  # keys of `exported` held only by one worker's copy (reduce_ref)
         self.export_lock = threading.Lock()  # exported and leased; never held while pickling
@@ -48,7 +48,6 @@ class DriverRuntime(_ledger.ResourceLedger, _actor_directory.ActorDirectory):
         # (same request, same strategy), so that scheduling costs O(1) amortised per task.
         self.task_queues = {}
         self._schedule_posted = False
-        self.spread_next = 0
         self.tasks = _tasks.TaskPool(self)
         # SimpleQueue: its put is reentrant, so post() may run inside __del__ (ActorHandle)
         self._jobs = queue.SimpleQueue()
@@ -56,6 +55,9 @@ class DriverRuntime(_ledger.ResourceLedger, _actor_directory.ActorDirectory):
         self._dispatcher = threading.Thread(target=self._dispatch_loop, name="troupe-ray",
                                             daemon=True)
         self._dispatcher.start()
+        # The head says when a booking this driver waits for may fit: schedule again (posted:
+        # the listener runs on a troupe thread and must not take `lock`).
+        self._freed_listener = cluster.on_resources_freed(lambda: self.post(self.post_schedule))
         self.server = _proxy.Server(api_of(self),
                                     os.path.join(cluster.session_dir, "ray-driver.sock"),
                                     api_host)
@@ -135,6 +137,7 @@ class DriverRuntime(_ledger.ResourceLedger, _actor_directory.ActorDirectory):
     # -- shutdown ------------------------------------------------------------------------
     def shutdown(self):
         self._closed = True
+        self.cluster.remove_resources_freed_listener(self._freed_listener)
         self.server.close()
         self._jobs.put(None)
         if threading.current_thread() is not self._dispatcher:

@@ -9,7 +9,7 @@ import socket
 import sys
 
 import troupe
-from troupe.ray import _api, _context, _current, _options, _runtime
+from troupe.ray import _api, _context, _current, _options, _resources, _runtime
 from troupe.ray import exceptions
 
 _exit_hook_registered = False
@@ -77,11 +77,11 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
         num_hosts=int(_num_nodes), num_gpus_per_host=int(num_gpus or 0),
         num_cpus_per_host=float(num_cpus or 0), log_to_driver=kwargs.get("log_to_driver", True),
         python=python, address=address,
+        host_labels=[_resources.labels_of(resources)] if not address else None,
         # Actor and task hosts import troupe.ray: imported once by each host's fork server.
         python_preload=["troupe.ray._host"])
     rt = _runtime.DriverRuntime(cluster, True, namespace or f"anonymous-{os.getpid()}",
                                 dict(runtime_env or {}, env_vars=env), _installed_as_ray(),
-                                resources,
                                 _api.DriverApi,
                                 _address_towards(address or os.environ.get("TROUPE_ADDRESS")),
                                 standing=bool(address or os.environ.get("TROUPE_ADDRESS")))

@@ -106,7 +106,8 @@ class _Task:
                 self.fail(e)
                 return True
             self.args = self.kwargs = None
-        alloc = runtime.allocate(self.request, self.options.get("scheduling_strategy"))
+        alloc = runtime.allocate(self.request, self.options.get("scheduling_strategy"),
+                                 waiting_as=f"tasks asking for {self.request}")
         if alloc is None:
             return False
         self.pool.run(self, alloc, self.request, *self.resolved)
