@@ -5,6 +5,7 @@
 #include "troupe/error.h"
 #include "troupe/future.h"
 #include "troupe/named_sharding.h"
+#include "troupe/resources.h"
 #include "troupe/stream.h"
 #include "troupe/value.h"
 #include "troupe/virtual_cluster.h"
