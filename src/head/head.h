@@ -60,6 +60,12 @@ struct HostRecord {
   bool registered = true;  // false for an expected host whose agent has not registered yet
 };
 
+// A host's capacity in the book: its registration, plus the named amounts Ray's scheduler
+// knows: each label "resource:NAME" = AMOUNT (`troupe start --resources`; "resource:memory" sets
+// the memory), "node:<address>" = 1 and "object_store_memory" (30 % of the memory unless a label
+// sets it). A label whose amount is not a number is left out, with a warning.
+HostCapacity capacity_of(const HostRecord& h);
+
 class Head {
  public:
   // Listens on `endpoint` (e.g. "unix:/tmp/.../head.sock" or "tcp:127.0.0.1:0").

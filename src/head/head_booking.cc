@@ -1,0 +1,224 @@
+// The head's book of resources (head.h: reserve, restore, release, waiting, resources): one
+// ResourceBook for every driver, under the head's mutex.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "common/launch_env.h"
+#include "common/log.h"
+#include "head/head.h"
+#include "wire/head_protocol.h"
+
+namespace troupe::head {
+namespace {
+
+// Ray's object store takes this share of a node's memory by default; its "object_store_memory"
+// resource says so.
+constexpr double kObjectStoreShare = 0.3;
+
+}  // namespace
+
+HostCapacity capacity_of(const HostRecord& h) {
+  HostCapacity c{h.host_name, h.num_cpus, h.gpu_ids, h.memory_bytes, h.labels, {}, h.alive};
+  const std::string prefix = agent_env::kResourceLabelPrefix;
+  for (const auto& [key, value] : h.labels) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    std::string name = key.substr(prefix.size());
+    char* end = nullptr;
+    double amount = std::strtod(value.c_str(), &end);
+    if (name.empty() || value.empty() || *end != '\0' || !std::isfinite(amount) || amount < 0) {
+      TROUPE_LOG(Warning) << "host " << h.host_name << ": label " << key << "=" << value
+                          << " is not a resource amount; left out";
+      continue;
+    }
+    if (name == "memory")
+      c.memory_bytes = static_cast<int64_t>(amount);
+    else
+      c.resources[name] = amount;
+  }
+  c.resources["node:" + h.address] = 1;
+  if (!c.resources.count("object_store_memory"))
+    c.resources["object_store_memory"] =
+        std::floor(static_cast<double>(c.memory_bytes) * kObjectStoreShare);
+  return c;
+}
+
+ResourceBook& Head::book_locked() {
+  if (!book_) {
+    std::vector<HostCapacity> capacity;
+    for (const auto& h : hosts_) capacity.push_back(capacity_of(h));
+    book_ = std::make_unique<ResourceBook>(std::move(capacity));
+  }
+  return *book_;
+}
+
+std::vector<BundlePlacement> Head::reserve(const std::string& group_id,
+                                           const std::vector<BundleRequest>& bundles,
+                                           Strategy strategy, std::optional<size_t> only_host,
+                                           const std::string& pending_as) {
+  return reserve_for(nullptr, group_id, bundles, strategy, only_host, pending_as);
+}
+
+std::vector<BundlePlacement> Head::reserve_for(const std::shared_ptr<transport::RpcPeer>& from,
+                                               const std::string& group_id,
+                                               const std::vector<BundleRequest>& bundles,
+                                               Strategy strategy, std::optional<size_t> only_host,
+                                               const std::string& pending_as) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto key = std::pair<const transport::RpcPeer*, std::string>(from.get(), pending_as);
+  try {
+    auto placed = book_locked().reserve(group_id, bundles, strategy, only_host);
+    if (!pending_as.empty()) waiting_.erase(key);
+    return placed;
+  } catch (const Error& e) {
+    if (pending_as.empty() || e.code() != ErrorCode::kResourceUnavailable) throw;
+    auto [it, added] = waiting_.try_emplace(key);
+    WaitingEntry& w = it->second;
+    if (added) {
+      w.waiting.what = pending_as;
+      w.waiting.since = Clock::now();
+      w.waiting.driver = "this process";
+      if (from) {
+        w.driver = from;
+        w.waiting.driver = "driver at " + from->peer();
+      }
+    }
+    w.waiting.group_id = group_id;
+    // "placement group 'ID' asks for ...": the description names it already.
+    auto asks = e.message().find(" asks for ");
+    w.waiting.reason = asks == std::string::npos ? e.message() : e.message().substr(asks + 1);
+    throw;
+  }
+}
+
+void Head::restore(const std::string& group_id, const std::vector<BundleRequest>& bundles,
+                   const std::vector<BundlePlacement>& placements, bool overcommit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  book_locked().restore(group_id, bundles, placements, overcommit);
+}
+
+bool Head::release(const std::string& group_id) {
+  bool freed = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::erase_if(waiting_, [&](const auto& w) { return w.second.waiting.group_id == group_id; });
+    freed = book_ && book_->release(group_id);
+  }
+  if (freed) announce_freed();
+  return freed;
+}
+
+void Head::set_on_resources_freed(std::function<void()> callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_resources_freed_ = std::move(callback);
+}
+
+void Head::announce_freed() {
+  std::vector<std::shared_ptr<transport::RpcPeer>> drivers;
+  std::function<void()> local;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, w] : waiting_) {
+      if (!key.first) {
+        local = on_resources_freed_;
+      } else if (auto peer = w.driver.lock(); peer && (drivers.empty() || drivers.back() != peer)) {
+        drivers.push_back(std::move(peer));
+      }
+    }
+  }
+  for (const auto& d : drivers) d->send_event(wire::control::ResourcesFreed::kEvent, Map{});
+  if (local) local();
+}
+
+std::vector<Head::Waiting> Head::waiting() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Waiting> out;
+  for (const auto& [key, w] : waiting_) out.push_back(w.waiting);
+  std::sort(out.begin(), out.end(),
+            [](const Waiting& a, const Waiting& b) { return a.since < b.since; });
+  return out;
+}
+
+Map Head::placement_status() const {
+  Array groups, waits;
+  for (const auto& [id, where] : placement_groups())
+    groups.push_back(Map{{"id", id}, {"bundles", where}});
+  auto now = Clock::now();
+  for (const auto& w : waiting())
+    waits.push_back(Map{{"what", w.what},
+                        {"group_id", w.group_id},
+                        {"driver", w.driver},
+                        {"reason", w.reason},
+                        {"waiting_s", std::chrono::duration<double>(now - w.since).count()}});
+  return Map{{"placement_groups", std::move(groups)}, {"waiting", std::move(waits)}};
+}
+
+std::vector<wire::control::HostResources> Head::resources() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<wire::control::HostResources> out;
+  std::unique_ptr<ResourceBook> fresh;
+  const ResourceBook* book = book_.get();
+  if (!book) {  // nothing reserved yet: the book the first reservation would make
+    std::vector<HostCapacity> capacity;
+    for (const auto& h : hosts_) capacity.push_back(capacity_of(h));
+    fresh = std::make_unique<ResourceBook>(std::move(capacity));
+    book = fresh.get();
+  }
+  for (size_t i = 0; i < book->hosts().size(); ++i) {
+    const HostCapacity& c = book->hosts()[i];
+    HostFree f = book->free_resources(i);
+    wire::control::HostResources h;
+    h.index = static_cast<int64_t>(i);
+    h.name = c.name;
+    h.alive = c.alive;
+    h.cpus = c.cpus;
+    h.cpus_free = f.cpus;
+    for (const auto& [id, share] : f.gpus) {
+      h.gpu_ids.push_back(id);
+      h.gpus_free.push_back(share);
+    }
+    h.memory_bytes = c.memory_bytes;
+    h.memory_free = f.memory_bytes;
+    h.resources = c.resources;
+    h.resources_free = f.resources;
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+std::vector<std::string> Head::describe_free() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  if (book_)
+    for (size_t i = 0; i < book_->hosts().size(); ++i) out.push_back(book_->describe_free(i));
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> Head::placement_groups() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<std::string, std::string>> out;
+  if (!book_) return out;
+  for (const auto& id : book_->group_ids()) {
+    std::map<size_t, std::pair<int, std::vector<int>>> per_host;  // bundles, GPU ids
+    for (const auto& p : *book_->placements(id)) {
+      auto& [count, gpus] = per_host[p.host];
+      ++count;
+      gpus.insert(gpus.end(), p.gpu_ids.begin(), p.gpu_ids.end());
+    }
+    std::string where;
+    for (const auto& [host, bundles] : per_host) {
+      if (!where.empty()) where += "; ";
+      where += (host < hosts_.size() ? hosts_[host].host_name : "host " + std::to_string(host)) +
+               ": " + std::to_string(bundles.first) + (bundles.first == 1 ? " bundle" : " bundles");
+      if (!bundles.second.empty()) {
+        where += " (GPUs";
+        for (int g : bundles.second) where += " " + std::to_string(g);
+        where += ")";
+      }
+    }
+    out.emplace_back(id, where);
+  }
+  return out;
+}
+
+}  // namespace troupe::head
