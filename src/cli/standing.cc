@@ -233,6 +233,16 @@ Value standing_head_status(const head::Head& head, const std::string& address) {
   }
   Map out{{"session", "standing cluster, head at " + address}, {"hosts", std::move(hosts)}};
   for (auto& section : head.placement_status()) out.push_back(std::move(section));
+  Array named;
+  for (const auto& e : head.name_list())
+    named.push_back(Map{{"namespace", e.record.ns},
+                        {"name", e.record.name},
+                        {"detached", e.record.detached},
+                        {"host", e.record.host},
+                        {"worker", e.record.worker},
+                        {"pid", e.record.pid},
+                        {"owner", e.owner}});
+  out.emplace_back("named_workers", std::move(named));
   out.emplace_back("workers", Array{});
   return out;
 }

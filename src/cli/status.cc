@@ -66,7 +66,22 @@ void print(const Value& status) {
     std::printf("\nplacement groups:\n");
     if (pgs->as_array().empty()) std::printf("  (none)\n");
     for (const auto& g : pgs->as_array())
-      std::printf("  %-28s %s\n", str(g.find("id")).c_str(), str(g.find("bundles")).c_str());
+      std::printf("  %-28s %s%s\n", str(g.find("id")).c_str(), str(g.find("bundles")).c_str(),
+                  g.find("held_by") ? (", held by " + str(g.find("held_by"))).c_str() : "");
+  }
+  if (const Value* named = status.find("named_workers"); named && named->is_array()) {
+    std::printf("\nnamed workers:\n");
+    if (named->as_array().empty()) std::printf("  (none)\n");
+    for (const auto& n : named->as_array()) {
+      const Value* detached = n.find("detached");
+      std::string owner = str(n.find("owner"));
+      std::printf("  %s/%s%s on %s, worker %s pid %s, %s\n", str(n.find("namespace")).c_str(),
+                  str(n.find("name")).c_str(),
+                  detached && detached->is_bool() && detached->as_bool() ? " (detached)" : "",
+                  str(n.find("host")).c_str(), str(n.find("worker")).c_str(),
+                  str(n.find("pid")).c_str(),
+                  owner.empty() ? "its driver left" : ("held by " + owner).c_str());
+    }
   }
   if (const Value* waits = status.find("waiting");
       waits && waits->is_array() && !waits->as_array().empty()) {

@@ -90,14 +90,20 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
       TROUPE_LOG(Warning) << "a bad worker_exited event: " << e.message();
       return;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (*index < 0 || *index >= static_cast<int>(hosts_.size()) || name.empty()) return;
-    drop_names_on_locked(hosts_[*index].host_name, name, "its worker exited");
+    size_t freed = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (*index < 0 || *index >= static_cast<int>(hosts_.size()) || name.empty()) return;
+      drop_names_on_locked(hosts_[*index].host_name, name, "its worker exited");
+      freed = release_tied_locked(static_cast<size_t>(*index), name);
+    }
+    if (freed) announce_freed();
   };
   h.on_close = [this, index, self](const Error& reason) {
     std::function<void(const HostRecord&)> callback;
     HostRecord rec;
     bool leaving = false;
+    size_t tied_freed = 0;
     std::vector<std::shared_ptr<transport::RpcPeer>> clients;
     std::set<std::string> leased;
     {
@@ -132,6 +138,7 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
         book_->set_host_alive(*index, false);
       rec = hosts_[*index];
       drop_names_on_locked(rec.host_name, "", "its host's agent left");
+      tied_freed = release_tied_locked(static_cast<size_t>(*index), "");
       leaving = hosts_leaving_;
       callback = on_host_lost_;
       for (const auto& p : agents_)
@@ -145,6 +152,7 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
                           << ") lost: " << reason.message();
     Value event = wire::control::HostLost{*index, rec.host_name, reason.message()}.to_value();
     for (const auto& c : clients) c->send_event(wire::control::HostLost::kEvent, event);
+    if (tied_freed) announce_freed();
     if (callback) callback(rec);
   };
   // The connection forgets itself when it closes, so that clients that come and go (each
@@ -273,12 +281,19 @@ void Head::serve_driver_request(wire::Request&& r, const transport::Responder& r
     if (r.method == control::DescribeFree::kMethod) return resp.reply(to_value(describe_free()));
     if (r.method == control::Resources::kMethod)
       return resp.reply(control::Resources::reply(resources()));
+    if (r.method == control::TieBooking::kMethod) {
+      auto m = control::TieBooking::from(r.kwargs);
+      if (m.host < 0) throw Error(ErrorCode::kInvalidArgument, "host id " + std::to_string(m.host));
+      tie(from.get(), m.group_id, static_cast<size_t>(m.host), m.worker);
+      return resp.reply(Value());
+    }
     if (serve_names(r, resp, from)) return;
     resp.fail(Error(
         ErrorCode::kUnknownMethod,
         "the head has no method '" + r.method +
             "' (register_agent, list_hosts, reserve, restore, release, describe_free, resources, "
-            "name_register, name_lookup, name_remove, status)"));
+            "tie_booking, "
+            "name_register, name_lookup, name_remove, name_list, status)"));
   } catch (const Error& e) {
     resp.fail(Error(e.code() == ErrorCode::kProtocol ? ErrorCode::kInvalidArgument : e.code(),
                     "head: " + r.method + ": " + e.message()));

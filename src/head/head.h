@@ -97,6 +97,12 @@ class Head {
                const std::vector<BundlePlacement>& placements, bool overcommit = false);
   // Frees a reservation (and forgets it as waiting); idempotent.
   bool release(const std::string& group_id);
+  // Ties reservation `group_id` to worker `worker` (its agent's name) on host `host`
+  // (wire::control::TieBooking): the driver that made it no longer holds it; the worker's exit,
+  // its agent's leaving or a release frees it. `from`: the driver connection, null for this
+  // process. Throws Error(kInvalidArgument) for a group that is not reserved or a bad host.
+  void tie(const transport::RpcPeer* from, const std::string& group_id, size_t host,
+           const std::string& worker);
   // Called when a reservation this process waits for (reserve with pending_as) may fit now: a
   // reservation was released or a host registered. Runs on the thread that freed them (an I/O
   // thread or a caller of release), with no lock of the head's held; it must not block.
@@ -141,6 +147,8 @@ class Head {
   void close();
   // The named-worker records, sorted by namespace and name. Thread-safe.
   std::vector<wire::control::NamedWorkerRecord> named_workers() const;
+  // The same with who holds each (wire::control::NameList), `info` left out. Thread-safe.
+  std::vector<wire::control::NameList::Entry> name_list() const;
 
  private:
   // Serves name_register, name_lookup and name_remove; false for another method. Throws Error.
@@ -167,6 +175,9 @@ class Head {
                                            const std::string& pending_as);
   // Tells every waiting driver that resources were freed (outside mu_).
   void announce_freed();
+  // Releases the reservations tied to `worker` on `host` (every worker of it when `worker` is
+  // empty); returns how many. mu_ held.
+  size_t release_tied_locked(size_t host, const std::string& worker);
   // Records `group_id` as a reservation of the driver connection `from` (released when it
   // closes); the first one starts heartbeats on it.
   void lease(const std::shared_ptr<transport::RpcPeer>& from, const std::string& group_id);
@@ -206,6 +217,9 @@ class Head {
   };
   // By (driver connection, null for this process; pending_as).
   std::map<std::pair<const transport::RpcPeer*, std::string>, WaitingEntry> waiting_;
+  // Reservations tied to a worker (tie()): by (host id, worker), and each group's worker.
+  std::map<std::pair<size_t, std::string>, std::set<std::string>> tied_;
+  std::map<std::string, std::pair<size_t, std::string>> tie_of_;
   std::function<void()> on_resources_freed_;
   bool closing_ = false;
   bool hosts_leaving_ = false;  // expect_hosts_to_leave()

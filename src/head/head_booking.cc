@@ -102,9 +102,55 @@ bool Head::release(const std::string& group_id) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::erase_if(waiting_, [&](const auto& w) { return w.second.waiting.group_id == group_id; });
+    if (auto t = tie_of_.find(group_id); t != tie_of_.end()) {
+      if (auto it = tied_.find(t->second); it != tied_.end()) {
+        it->second.erase(group_id);
+        if (it->second.empty()) tied_.erase(it);
+      }
+      tie_of_.erase(t);
+    }
     freed = book_ && book_->release(group_id);
   }
   if (freed) announce_freed();
+  return freed;
+}
+
+void Head::tie(const transport::RpcPeer* from, const std::string& group_id, size_t host,
+               const std::string& worker) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!book_ || !book_->placements(group_id))
+    throw Error(ErrorCode::kInvalidArgument, "placement group '" + group_id + "' is not reserved");
+  if (host >= hosts_.size())
+    throw Error(ErrorCode::kInvalidArgument, "host id " + std::to_string(host) +
+                                                 " is out of range (" +
+                                                 std::to_string(hosts_.size()) + " hosts)");
+  if (worker.empty()) throw Error(ErrorCode::kInvalidArgument, "the worker's name is empty");
+  if (from)
+    if (auto it = reservations_of_.find(const_cast<transport::RpcPeer*>(from));
+        it != reservations_of_.end())
+      it->second.erase(group_id);  // its driver's leaving no longer frees it
+  if (auto old = tie_of_.find(group_id); old != tie_of_.end()) tied_[old->second].erase(group_id);
+  tied_[{host, worker}].insert(group_id);
+  tie_of_[group_id] = {host, worker};
+  TROUPE_LOG(Info) << "placement group " << group_id << " is held by worker " << worker << " on "
+                   << hosts_[host].host_name << " from now on";
+}
+
+size_t Head::release_tied_locked(size_t host, const std::string& worker) {
+  size_t freed = 0;
+  for (auto it = tied_.begin(); it != tied_.end();) {
+    if (it->first.first != host || (!worker.empty() && it->first.second != worker)) {
+      ++it;
+      continue;
+    }
+    for (const auto& id : it->second) {
+      tie_of_.erase(id);
+      if (book_ && book_->release(id)) ++freed;
+      TROUPE_LOG(Info) << "placement group " << id << " released: its worker " << it->first.second
+                       << " is gone";
+    }
+    it = tied_.erase(it);
+  }
   return freed;
 }
 
@@ -141,8 +187,19 @@ std::vector<Head::Waiting> Head::waiting() const {
 
 Map Head::placement_status() const {
   Array groups, waits;
-  for (const auto& [id, where] : placement_groups())
-    groups.push_back(Map{{"id", id}, {"bundles", where}});
+  std::map<std::string, std::string> held_by;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, at] : tie_of_)
+      held_by[id] =
+          at.second + (at.first < hosts_.size() ? " on " + hosts_[at.first].host_name : "");
+  }
+  for (const auto& [id, where] : placement_groups()) {
+    Map g{{"id", id}, {"bundles", where}};
+    if (auto it = held_by.find(id); it != held_by.end())
+      g.emplace_back("held_by", "worker " + it->second);
+    groups.push_back(std::move(g));
+  }
   auto now = Clock::now();
   for (const auto& w : waiting())
     waits.push_back(Map{{"what", w.what},

@@ -231,5 +231,57 @@ TEST_F(HeadBookingTest, OvercommitRestoreBooksPastTheHostsAmounts) {
   EXPECT_EQ(head_.placement_groups().size(), 2u);
 }
 
+// A detached worker's booking (wire::control::TieBooking) outlives the driver that made it and
+// goes with the worker.
+TEST_F(HeadBookingTest, ATiedBookingOutlivesItsDriverAndGoesWithItsWorker) {
+  Driver agent = connect();
+  control::RegisterAgent reg;
+  reg.host_name = "node-a";
+  reg.address = "127.0.0.9";
+  reg.num_cpus = 4;
+  reg.gpu_ids = {0, 1};
+  agent.peer->call(control::RegisterAgent::kMethod, reg.to_map()).get(5000ms);
+  Driver a = connect(), b = connect();
+  ASSERT_TRUE(std::holds_alternative<control::ReserveReply>(reserve(a, gpus("det", 1, ""))));
+  ask(a, control::TieBooking::kMethod, control::TieBooking{"det", 0, "d.ray-service"}.to_map());
+  ASSERT_TRUE(std::holds_alternative<control::ReserveReply>(reserve(a, gpus("plain", 1, ""))));
+  auto held = head_.placement_status();
+  ASSERT_EQ(held[0].second.as_array().size(), 2u);
+  EXPECT_EQ(*held[0].second.as_array()[0].find("held_by"), Value("worker d.ray-service on node-a"));
+  EXPECT_EQ(held[0].second.as_array()[1].find("held_by"), nullptr);
+  ASSERT_EQ(std::get<ErrorCode>(reserve(b, gpus("b-both", 2, "both GPUs"))),
+            ErrorCode::kResourceUnavailable);
+
+  // a leaves: its own group is freed (b is told), the tied one is not.
+  a.peer->close(Error(ErrorCode::kShutdown, "driver a exits"));
+  ASSERT_TRUE(eventually([&] { return *b.freed >= 1; }, 5000ms)) << "a's leaving freed nothing";
+  EXPECT_EQ(std::get<ErrorCode>(reserve(b, gpus("b-both", 2, "both GPUs"))),
+            ErrorCode::kResourceUnavailable);
+  auto one = reserve(b, gpus("b-one", 1, ""));
+  ASSERT_TRUE(std::holds_alternative<control::ReserveReply>(one));
+  EXPECT_EQ(std::get<control::ReserveReply>(one).bundles.at(0).gpu_ids, (std::vector<int>{1}));
+
+  // Another worker's exit frees nothing; the tied worker's exit frees its booking.
+  int told = *b.freed;
+  control::WorkerExited other{"d.ray-other", 41, "exit code 0"};
+  agent.peer->send_event(control::WorkerExited::kEvent, other.to_value());
+  control::WorkerExited exited{"d.ray-service", 42, "exit code 0"};
+  agent.peer->send_event(control::WorkerExited::kEvent, exited.to_value());
+  ASSERT_TRUE(eventually([&] { return *b.freed > told; }, 5000ms)) << "the exit freed nothing";
+  EXPECT_EQ(head_.placement_groups().size(), 1u);  // b-one only
+  EXPECT_EQ(head_.placement_groups()[0].first, "b-one");
+
+  // Only a booked group can be tied, and only to a host the head has.
+  for (auto bad : {control::TieBooking{"nothing", 0, "w"}, control::TieBooking{"b-one", 7, "w"},
+                   control::TieBooking{"b-one", 0, ""}}) {
+    try {
+      ask(b, control::TieBooking::kMethod, bad.to_map());
+      ADD_FAILURE() << "tie of " << bad.group_id << " to host " << bad.host << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.message();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace troupe::head

@@ -61,6 +61,10 @@ bool Head::serve_names(const wire::Request& r, const transport::Responder& resp,
     resp.reply(removed);
     return true;
   }
+  if (r.method == control::NameList::kMethod) {
+    resp.reply(control::NameList::reply(name_list()));
+    return true;
+  }
   return false;
 }
 
@@ -99,6 +103,18 @@ std::vector<control::NamedWorkerRecord> Head::named_workers() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<control::NamedWorkerRecord> out;
   for (const auto& [key, entry] : names_) out.push_back(entry.record);
+  return out;
+}
+
+// An owner is an open connection: drop_names_of_locked forgets it, under mu_, as it closes.
+std::vector<control::NameList::Entry> Head::name_list() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<control::NameList::Entry> out;
+  for (const auto& [key, entry] : names_) {
+    control::NameList::Entry e{entry.record, entry.owner ? "driver at " + entry.owner->peer() : ""};
+    e.record.info.clear();
+    out.push_back(std::move(e));
+  }
   return out;
 }
 

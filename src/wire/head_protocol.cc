@@ -170,6 +170,16 @@ std::vector<HostResources> Resources::reply_from(const Value& value) {
   return out;
 }
 
+Map TieBooking::to_map() const {
+  return Map{{"group_id", group_id}, {"host", host}, {"worker", worker}};
+}
+
+TieBooking TieBooking::from(const Value& kwargs) {
+  FieldReader f(kMethod, kwargs);
+  return TieBooking{f.required<std::string>("group_id"), f.required<int64_t>("host"),
+                    f.required<std::string>("worker")};
+}
+
 Value HostLost::to_value() const {
   return Map{{"index", index}, {"name", name}, {"reason", reason}};
 }
@@ -263,6 +273,28 @@ NameKey NameKey::from(const char* method, const Value& kwargs) {
   if (const Value* w = kwargs.find("worker"); w && !w->is_nil())
     k.worker = bounded(f, method, "worker", NamedWorkerRecord::kMaxField, true);
   return k;
+}
+
+Value NameList::reply(const std::vector<Entry>& entries) {
+  Array out;
+  for (const auto& e : entries) {
+    Value v = e.record.to_value();
+    v.as_map().emplace_back("owner", e.owner);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+std::vector<NameList::Entry> NameList::reply_from(const Value& value) {
+  if (!value.is_array())
+    throw Error(ErrorCode::kInvalidArgument, "name_list reply: expected a list, got " +
+                                                 std::string(value_type_name(value.type())));
+  std::vector<Entry> out;
+  for (const auto& v : value.as_array()) {
+    FieldReader f("name_list entry", v);
+    out.push_back(Entry{NamedWorkerRecord::from(v), f.optional<std::string>("owner", "")});
+  }
+  return out;
 }
 
 }  // namespace troupe::wire::control

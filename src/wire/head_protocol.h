@@ -2,7 +2,7 @@
 // drivers: typed like control.h (same FieldReader errors; unknown fields ignored).
 //
 // Head requests (driver -> head): list_hosts, reserve, restore, release, describe_free,
-// resources, name_register, name_lookup, name_remove.
+// resources, tie_booking, name_register, name_lookup, name_remove, name_list.
 // Head events (head -> every client that is not an agent): host_lost, host_joined; and to a
 // driver that waits for resources (Reserve::pending_as): resources_freed.
 // Agent events (agent -> the driver that started the worker): worker_log.
@@ -135,6 +135,22 @@ struct Resources {
   static std::vector<HostResources> reply_from(const Value& value);
 };
 
+// Ties a reservation to a worker: it no longer belongs to the driver connection that made it (its
+// leaving does not free it; a detached actor's resources) but to the worker `worker` (its agent's
+// name for it) on host `host` (the head's id), and is freed when that worker exits, its host's
+// agent leaves, or any driver releases it. Reply: nil. Errors: kInvalidArgument for a group that
+// is not reserved or a host the head does not have.
+struct TieBooking {
+  static constexpr const char* kMethod = "tie_booking";
+  std::string group_id;
+  int64_t host = 0;
+  std::string worker;
+
+  bool operator==(const TieBooking&) const = default;
+  Map to_map() const;
+  static TieBooking from(const Value& kwargs);
+};
+
 // Sent to a driver with a waiting reservation (Reserve::pending_as) when resources were freed or
 // a host joined: it asks again. No fields.
 struct ResourcesFreed {
@@ -206,6 +222,20 @@ struct NameRegisterReply {
   bool operator==(const NameRegisterReply&) const = default;
   Value to_value() const;
   static NameRegisterReply from(const Value& value);
+};
+
+// Every named-worker record, by namespace and name, each with its `info` left out and with who
+// holds it: "driver at ADDRESS" while the driver connection that registered it is open, "" once
+// that driver left (a detached record).
+struct NameList {
+  static constexpr const char* kMethod = "name_list";  // no arguments
+  struct Entry {
+    NamedWorkerRecord record;
+    std::string owner;
+    bool operator==(const Entry&) const = default;
+  };
+  static Value reply(const std::vector<Entry>& entries);
+  static std::vector<Entry> reply_from(const Value& value);
 };
 
 // name_lookup and name_remove take {ns, name}; name_remove also an optional worker: then it

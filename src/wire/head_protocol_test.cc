@@ -135,6 +135,16 @@ TEST(HeadProtocol, ResourcesReplyRoundTrips) {
   }
 }
 
+TEST(HeadProtocol, TieBookingAndNameListRoundTrip) {
+  TieBooking t{"ray-pg-1", 2, "d1.ray-service"};
+  EXPECT_EQ(TieBooking::from(through_request(t)), t);
+  NamedWorkerRecord r{
+      "svc", "gpu-service", true, "node-a", "d1.ray-service", "tcp:10.0.0.2:4000", 42, ""};
+  std::vector<NameList::Entry> entries{{r, ""}, {r, "driver at tcp:10.0.0.1:5000"}};
+  entries[1].record.name = "other";
+  EXPECT_EQ(NameList::reply_from(through_response(NameList::reply(entries))), entries);
+}
+
 TEST(HeadProtocol, ReleaseRoundTrips) {
   EXPECT_EQ(Release::from(through_request(Release{"d1.vc-0-pg0"})), Release{"d1.vc-0-pg0"});
 }
