@@ -70,6 +70,7 @@ class FakeHeadClient : public troupe::internal::HeadClient {
     check();
     book_.restore(group_id, bundles, placements, overcommit);
   }
+  void tie_booking(const std::string&, size_t, const std::string&) override {}
   std::vector<troupe::wire::control::HostResources> resources() override {
     std::lock_guard<std::mutex> lock(mu_);
     check();

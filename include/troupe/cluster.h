@@ -230,6 +230,9 @@ struct NamedWorker {
   std::string tcp_endpoint;  // "tcp:ADDRESS:PORT" (Worker::tcp_endpoint)
   int64_t pid = 0;
   std::string info;  // opaque to troupe, at most 1 MiB: what the registering driver stores
+  // Cluster::list_names only: "driver at ADDRESS" while the driver that registered it is
+  // connected to the head, "" once it left (a detached record).
+  std::string held_by;
 };
 
 namespace internal {
@@ -318,6 +321,8 @@ class Cluster {
   std::optional<NamedWorker> register_name(const NamedWorker& record, bool update = false);
   // The record named so, or nullopt.
   std::optional<NamedWorker> lookup_name(const std::string& name_space, const std::string& name);
+  // Every record of every driver, by namespace and name, with held_by and without info.
+  std::vector<NamedWorker> list_names();
   // Removes the record (any driver may); whether there was one. With `worker`, only while the
   // record names that worker (NamedWorker::worker; "" for one not filled in): a record another
   // driver registered under the name since stays.

@@ -71,6 +71,10 @@ std::optional<std::vector<BookedBundle>> try_book(Cluster& cluster, const std::s
 // does). Throws Error(kResourceUnavailable) when it does not fit, another Error otherwise.
 void book_at(Cluster& cluster, const std::string& id, const std::vector<ResourceRequest>& bundles,
              const std::vector<BookedBundle>& placements, bool overcommit);
+// Ties booking `id` to `worker` (a detached worker, whose resources must outlive this driver):
+// from now on this driver's exit does not free it; the worker's exit, its host's agent leaving
+// or unbook (from any driver) does. Throws Error(kInvalidArgument) for an id not booked.
+void tie_booking_to_worker(Cluster& cluster, const std::string& id, const Worker& worker);
 // Frees booking `id`; idempotent. Returns whether it existed.
 bool unbook(Cluster& cluster, const std::string& id);
 // Every host's capacity and free amounts.

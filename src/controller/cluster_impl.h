@@ -56,6 +56,7 @@ class ClusterImpl {
   // Cluster's registry of named workers and attach_worker (cluster_names.cc).
   std::optional<NamedWorker> register_name(const NamedWorker& record, bool update);
   std::optional<NamedWorker> lookup_name(const std::string& name_space, const std::string& name);
+  std::vector<NamedWorker> list_names();
   bool remove_name(const std::string& name_space, const std::string& name,
                    const std::optional<std::string>& worker);
   Worker attach_worker(const NamedWorker& record, const std::string& class_name);

@@ -40,6 +40,17 @@ std::optional<NamedWorker> ClusterImpl::lookup_name(const std::string& name_spac
   return from_record(control::NamedWorkerRecord::from(v));
 }
 
+std::vector<NamedWorker> ClusterImpl::list_names() {
+  std::vector<NamedWorker> out;
+  for (auto& e :
+       control::NameList::reply_from(head_client().ask_names(control::NameList::kMethod, {}))) {
+    NamedWorker w = from_record(e.record);
+    w.held_by = std::move(e.owner);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
 bool ClusterImpl::remove_name(const std::string& name_space, const std::string& name,
                               const std::optional<std::string>& worker) {
   control::NameKey k{name_space, name, worker};
@@ -102,6 +113,7 @@ std::optional<NamedWorker> Cluster::lookup_name(const std::string& name_space,
                                                 const std::string& name) {
   return impl_->lookup_name(name_space, name);
 }
+std::vector<NamedWorker> Cluster::list_names() { return impl_->list_names(); }
 bool Cluster::remove_name(const std::string& name_space, const std::string& name,
                           const std::optional<std::string>& worker) {
   return impl_->remove_name(name_space, name, worker);

@@ -34,6 +34,9 @@ class EmbeddedHeadClient : public HeadClient {
     head_.restore(group_id, bundles, placements, overcommit);
   }
   std::vector<control::HostResources> resources() override { return head_.resources(); }
+  void tie_booking(const std::string& group_id, size_t host, const std::string& worker) override {
+    head_.tie(nullptr, group_id, host, worker);
+  }
   bool release(const std::string& group_id) override { return head_.release(group_id); }
   std::vector<std::string> describe_free() override { return head_.describe_free(); }
 
@@ -222,6 +225,12 @@ std::vector<control::HostResources> RemoteHeadClient::resources() {
   std::sort(hosts.begin(), hosts.end(),
             [](const auto& a, const auto& b) { return a.index < b.index; });
   return hosts;
+}
+
+void RemoteHeadClient::tie_booking(const std::string& group_id, size_t host,
+                                   const std::string& worker) {
+  control::TieBooking m{group_id, static_cast<int64_t>(head_id(host)), worker};
+  ask(control::TieBooking::kMethod, m.to_map());
 }
 
 bool RemoteHeadClient::release(const std::string& group_id) {

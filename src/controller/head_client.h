@@ -47,6 +47,9 @@ class HeadClient {
                        const std::vector<head::BundlePlacement>& placements, bool overcommit) = 0;
   // Every host's capacity and free amounts, by this client's host ids. Throws Error.
   virtual std::vector<wire::control::HostResources> resources() = 0;
+  // Ties reservation `group_id` to the worker `worker` (its agent's name) on host `host` (this
+  // client's id): it outlives this driver (wire::control::TieBooking). Throws Error.
+  virtual void tie_booking(const std::string& group_id, size_t host, const std::string& worker) = 0;
   // Frees a reservation; idempotent. Throws Error when the head cannot be reached.
   virtual bool release(const std::string& group_id) = 0;
   // Free resources of every host, one line each.
@@ -93,6 +96,7 @@ class RemoteHeadClient : public HeadClient {
   void book_at(const std::string& group_id, const std::vector<head::BundleRequest>& bundles,
                const std::vector<head::BundlePlacement>& placements, bool overcommit) override;
   std::vector<wire::control::HostResources> resources() override;
+  void tie_booking(const std::string& group_id, size_t host, const std::string& worker) override;
   bool release(const std::string& group_id) override;
   std::vector<std::string> describe_free() override;
   Value ask_names(const char* method, const Map& kwargs) override { return ask(method, kwargs); }

@@ -57,6 +57,10 @@ void book_at(Cluster& cluster, const std::string& id, const std::vector<Resource
 
 bool unbook(Cluster& cluster, const std::string& id) { return head_of(cluster).release(id); }
 
+void tie_booking_to_worker(Cluster& cluster, const std::string& id, const Worker& worker) {
+  head_of(cluster).tie_booking(id, worker.host(), worker.agent_name());
+}
+
 std::vector<HostResources> host_resources(Cluster& cluster) {
   std::vector<HostResources> out;
   for (auto& h : head_of(cluster).resources())

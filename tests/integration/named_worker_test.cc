@@ -80,6 +80,13 @@ TEST_F(NamedWorkers, DetachedWorkerOutlivesItsDriverAndIsStoppedByAnother) {
     auto taken = first.register_name(record_of(plain, "kept", false));
     ASSERT_TRUE(taken.has_value());
     EXPECT_EQ(taken->worker, kept.agent_name());
+    // Listed for every driver, each with the driver that holds it.
+    auto listed = first.list_names();
+    ASSERT_EQ(listed.size(), 2u);
+    EXPECT_EQ(listed[0].name, "kept");  // by namespace, then name
+    EXPECT_EQ(listed[1].name, "plain");
+    EXPECT_EQ(listed[0].held_by.rfind("driver at tcp:", 0), 0u) << listed[0].held_by;
+    EXPECT_TRUE(listed[0].info.empty());  // left out of the list
     first.shutdown();
   }
   // The plain worker went with its driver; the detached one did not.
@@ -91,6 +98,9 @@ TEST_F(NamedWorkers, DetachedWorkerOutlivesItsDriverAndIsStoppedByAnother) {
       << "the plain worker's record outlived its driver";
   auto found = second.lookup_name("ns", "kept");
   ASSERT_TRUE(found.has_value());
+  auto listed = second.list_names();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].held_by, "");  // its driver left
   EXPECT_TRUE(found->detached);
   EXPECT_EQ(found->pid, detached_pid);
   EXPECT_EQ(found->info, "Calculator");
