@@ -249,6 +249,8 @@ std::string Dashboard::state_json() const {
   out["placement_groups"] = groups ? dash_json(*groups) : json::array();
   const Value* waiting = status.find("waiting");
   out["waiting"] = waiting ? dash_json(*waiting) : json::array();
+  const Value* named = status.find("named_workers");
+  out["named_workers"] = named ? dash_json(*named) : json::array();
   out["groups"] = groups_json(agents.hosts(), workers, logs);
   out["log_lines"] = options_.log_lines;
   out["gathered_ms"] =

@@ -40,6 +40,8 @@ pre { margin: 0; font-size: 12px; max-width: 60em; white-space: pre-wrap; }
 <h2>Placement groups</h2>
 <table id="pgs"></table>
 <table id="waiting"></table>
+<h2>Named workers</h2>
+<table id="named"></table>
 <h2>Worker groups</h2>
 <div id="groups"></div>
 <p class="note">call: the method the worker runs now and for how long (as of the refresh).
@@ -100,6 +102,10 @@ function render(s) {
        s.placement_groups.map(g => [g.id, g.bundles]));
   fill(document.getElementById("waiting"), ["waiting for resources", "driver", "for", "reason"],
        s.waiting.map(w => [w.what, w.driver, age(Math.round(w.waiting_s * 1000)), w.reason]));
+  fill(document.getElementById("named"),
+       ["namespace", "name", "detached", "host", "worker", "pid", "held by"],
+       s.named_workers.map(n => [n.namespace, n.name, n.detached ? "yes" : "no", n.host,
+                                 n.worker, n.pid, n.owner || "(its driver left)"]));
   const groups = document.getElementById("groups");
   groups.replaceChildren();
   if (s.groups.length === 0) groups.appendChild(cell("p", "(no workers)", "note"));

@@ -275,6 +275,24 @@ TEST_F(DashboardCluster, ShowsHostsWorkersTheirCallsLogsAndRestarts) {
   std::set<std::string> bundles;
   for (const auto& pg : s["placement_groups"]) bundles.insert(pg["bundles"].get<std::string>());
   EXPECT_EQ(bundles, (std::set<std::string>{"dash-a: 1 bundle", "dash-b: 1 bundle"}));
+  EXPECT_EQ(s["waiting"], json::array()) << s.dump(1);  // nothing waits for resources
+
+  // A named worker is listed with its namespace and the driver that holds it.
+  troupe::NamedWorker record;
+  record.name_space = "dash";
+  record.name = "rank-0";
+  record.host = driver_->hosts().at(workers_[0].host()).name;
+  record.worker = workers_[0].agent_name();
+  record.pid = workers_[0].pid();
+  ASSERT_FALSE(driver_->register_name(record).has_value());
+  s = state();
+  ASSERT_EQ(s["named_workers"].size(), 1u) << s.dump(1);
+  const json& listed = s["named_workers"][0];
+  EXPECT_EQ(listed["namespace"], "dash");
+  EXPECT_EQ(listed["name"], "rank-0");
+  EXPECT_EQ(listed["detached"], false);
+  EXPECT_EQ(listed["pid"], workers_[0].pid());
+  EXPECT_EQ(listed["owner"].get<std::string>().rfind("driver at tcp:", 0), 0u) << listed.dump();
 
   for (size_t rank = 0; rank < 2; ++rank) {
     std::string group;
