@@ -80,6 +80,13 @@ void bind_cluster_resources(pyb::module_& m) {
       },
       "Books bundles exactly at [(host, gpu_ids, gpu_share)] (troupe/resources.h book_at).");
   m.def(
+      "tie_booking",
+      [](Cluster& c, const std::string& id, const Worker& worker) {
+        pyb::gil_scoped_release nogil;
+        tie_booking_to_worker(c, id, worker);
+      },
+      "Ties a booking to a worker: it outlives this driver and goes with the worker.");
+  m.def(
       "unbook",
       [](Cluster& c, const std::string& id) {
         pyb::gil_scoped_release nogil;

@@ -10,7 +10,7 @@ namespace troupe::py {
 
 namespace pyb = pybind11;
 
-// Defines try_book, book_at, unbook, host_resources, on_resources_freed and
+// Defines try_book, book_at, tie_booking, unbook, host_resources, on_resources_freed and
 // remove_resources_freed_listener on `m`.
 void bind_cluster_resources(pyb::module_& m);
 

@@ -36,6 +36,7 @@ pyb::dict named_worker_dict(const NamedWorker& w) {
   d["tcp_endpoint"] = w.tcp_endpoint;
   d["pid"] = w.pid;
   d["info"] = w.info;
+  d["held_by"] = w.held_by;
   return d;
 }
 
@@ -49,6 +50,17 @@ pyb::object register_name(Cluster& c, const pyb::dict& record, bool update) {
     existing = c.register_name(w, update);
   }
   return existing ? pyb::object(named_worker_dict(*existing)) : pyb::none();
+}
+
+pyb::list list_names(Cluster& c) {
+  std::vector<NamedWorker> records;
+  {
+    pyb::gil_scoped_release nogil;
+    records = c.list_names();
+  }
+  pyb::list out;
+  for (const auto& r : records) out.append(named_worker_dict(r));
+  return out;
 }
 
 pyb::object lookup_name(Cluster& c, const std::string& ns, const std::string& name) {

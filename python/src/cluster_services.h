@@ -16,6 +16,8 @@ namespace pyb = pybind11;
 // holds it. Records are dicts {"ns", "name", "detached", "host", "worker", "tcp_endpoint",
 // "pid", "info"}; missing fields are empty.
 pyb::object register_name(Cluster& c, const pyb::dict& record, bool update);
+// Cluster.list_names(): every driver's records (with "held_by", without "info").
+pyb::list list_names(Cluster& c);
 // Cluster.lookup_name(ns, name): the record, or None.
 pyb::object lookup_name(Cluster& c, const std::string& ns, const std::string& name);
 // Cluster.attach_worker(record, class_name): a Worker over another driver's running worker.

@@ -310,6 +310,7 @@ void bind_driver(pyb::module_& m) {
            })
       .def("register_name", &register_name)
       .def("lookup_name", &lookup_name)
+      .def("list_names", &list_names)
       .def("remove_name", &Cluster::remove_name, nogil(), pyb::arg("ns"), pyb::arg("name"),
            pyb::arg("worker") = std::nullopt)
       .def("attach_worker", &attach_worker)

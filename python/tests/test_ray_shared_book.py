@@ -16,6 +16,7 @@ import pytest
 
 import troupe
 from troupe import ray
+from troupe.ray import _current
 from troupe.ray.util import placement_group, remove_placement_group
 
 import ray_workers as w
@@ -28,6 +29,7 @@ BOOK_GPUS = os.path.join(_PACKAGE, "..", "tests", "troupe_test_book_gpus")
 HOLDER = """
 import sys
 from troupe import ray
+from troupe.ray import _current
 from troupe.ray.util import placement_group, remove_placement_group
 ray.init(address=sys.argv[1])
 pg = placement_group([{"GPU": 1}, {"GPU": 1}], strategy="STRICT_PACK", name="holder")
@@ -142,3 +144,46 @@ def test_a_cpp_driver_and_a_python_driver_compete_for_the_gpus(driver):
         if cpp.poll() is None:
             cpp.kill()
             cpp.wait(10)
+
+
+SERVICE = """
+import sys
+from troupe import ray
+import ray_workers as w
+ray.init(address=sys.argv[1], namespace="svc")
+svc = w.Counter.options(name="gpu-service", lifetime="detached", num_gpus=2).remote(5)
+print("ready", ray.get(svc.add.remote(1), timeout=60), flush=True)
+ray.shutdown()  # the driver goes; the detached actor and its GPUs stay
+"""
+
+
+def test_a_detached_actor_keeps_its_gpus_after_its_driver_exits(driver):
+    address, token = driver
+    creator = subprocess.run([sys.executable, "-c", textwrap.dedent(SERVICE), address],
+                             env=_env(token), capture_output=True, text=True, timeout=120)
+    assert creator.returncode == 0, creator.stderr
+    assert creator.stdout.split() == ["ready", "6"]
+    cluster = _current.runtime().cluster
+    deadline = time.monotonic() + 30
+    while True:  # the head saw the creator leave: the record has no driver any more
+        records = [r for r in cluster.list_names() if r["name"] == "gpu-service"]
+        if records and records[0]["held_by"] == "":
+            break
+        assert time.monotonic() < deadline, f"the creator's leaving was not seen: {records}"
+        time.sleep(0.05)
+    assert records[0]["detached"] and records[0]["ns"] == "svc"
+    # Its GPUs are still booked (by the cluster, for the actor), and every driver sees it.
+    assert ray.available_resources().get("GPU", 0) == 0
+    assert {"name": "gpu-service", "namespace": "svc"} in \
+        ray.util.list_named_actors(all_namespaces=True)
+    out = subprocess.run([TROUPE_CLI, "status", "--address", address], env=_env(token),
+                         capture_output=True, text=True, timeout=30).stdout
+    assert re.search(r"held by worker \S*ray-gpu-service\S* on py-a", out), out
+    assert re.search(r"svc/gpu-service \(detached\) on py-a, .*its driver left", out), out
+
+    pg = placement_group([{"GPU": 1}], name="after-service")
+    _status_once_waiting(address, token, "placement group after-service")
+    svc = ray.get_actor("gpu-service", namespace="svc")
+    assert ray.get(svc.get.remote(), timeout=60) == 6  # the same actor, its state kept
+    ray.kill(svc)  # its worker exits: the head frees its GPUs
+    ray.get(pg.ready(), timeout=60)

@@ -236,6 +236,11 @@ class Cluster:
         """The record registered as ns/name by any driver of this cluster, or None."""
         return self._c.lookup_name(ns, name)
 
+    def list_names(self):
+        """Every driver's named-worker records (standing clusters): dicts as lookup_name's,
+        with "held_by" ("driver at ADDRESS", or "" once that driver left) and no "info"."""
+        return self._c.list_names()
+
     def remove_name(self, ns, name, worker=None):
         """Removes the record ns/name (any driver may); whether there was one. With `worker`,
         only while the record names that worker ("" for one not filled in)."""
@@ -266,6 +271,11 @@ class Cluster:
         """Books `bundles` exactly at `placements` [(host, gpu_ids, gpu_share)]; with
         `overcommit`, even where they do not fit."""
         _core.book_at(self._c, booking_id, list(bundles), list(placements), bool(overcommit))
+
+    def tie_booking(self, booking_id, worker):
+        """Ties a booking to `worker` (a Worker): this driver's exit no longer frees it; the
+        worker's exit, its host's agent leaving or unbook (from any driver) does."""
+        _core.tie_booking(self._c, booking_id, worker._w)
 
     def unbook(self, booking_id):
         """Frees a booking (idempotent); whether it existed."""

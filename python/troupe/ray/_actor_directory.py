@@ -8,7 +8,8 @@ context_for(). handle_released runs inside __del__ on any thread: it only takes 
 posts.
 """
 
-from troupe.ray import _actors, _cells, _named, _resources, _runtime_env, _serial
+import troupe
+from troupe.ray import _actors, _cells, _ledger, _named, _resources, _runtime_env, _serial
 from troupe.ray import exceptions as rex
 from troupe.ray._strategies import PlacementGroupSchedulingStrategy
 
@@ -142,12 +143,24 @@ class ActorDirectory:
             host=node.index, name=f"ray-{name}", env=env, gpus=gpus,
             detached=_named.is_detached(self, opts), launch_wrapper=wrapper)
         actor.started(worker)
+        if _named.is_detached(self, opts) and isinstance(pool, _ledger.HeadBooking):
+            # The cluster's, not this driver's: its resources stay booked after the driver exits
+            # and go with its worker.
+            booking = pool
+            worker.ready().add_done_callback(
+                lambda f: f.exception() is None and self.post(lambda: self._tie(booking, worker)))
         if actor.name and self.standing:
             worker.ready().add_done_callback(
                 lambda f: f.exception() is None and self.post(
                     lambda: _named.publish(self, actor, worker)))
         worker.died().add_done_callback(
             lambda f: self.post(lambda: self._actor_died(actor, worker, f)))
+
+    def _tie(self, booking, worker):
+        try:
+            self.cluster.tie_booking(booking.booking_id, worker)
+        except troupe.TroupeError:
+            pass  # released already: the actor died first
 
     def _actor_died(self, actor, worker, died_future):
         forget = None
@@ -189,6 +202,9 @@ class ActorDirectory:
             if no_restart:
                 actor.mark_dead(rex.ActorDiedError(actor_id, "The actor was killed by ray.kill"))
                 with self.lock:
+                    for p in self.pending:
+                        if getattr(p, "actor", None) is actor and p.booking_id:
+                            self.cluster.unbook(p.booking_id)  # no longer waiting at the head
                     self.pending = [p for p in self.pending
                                     if getattr(p, "actor", None) is not actor]
                     if actor.name:

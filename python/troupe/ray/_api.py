@@ -127,9 +127,12 @@ class DriverApi:
         raise ValueError(f"Failed to look up placement group with name: {name}")
 
     def list_named_actors(self, all_namespaces):
-        with self.rt.lock:
-            alive = [(ns, name) for (ns, name), aid in self.rt.named.items()
-                     if aid in self.rt.actors and self.rt.actors[aid].dead is None]
+        if self.rt.standing:  # every driver's, detached ones whose driver left too: the head's
+            alive = [(r["ns"], r["name"]) for r in self.rt.cluster.list_names()]
+        else:
+            with self.rt.lock:
+                alive = [(ns, name) for (ns, name), aid in self.rt.named.items()
+                         if aid in self.rt.actors and self.rt.actors[aid].dead is None]
         if all_namespaces:
             return [{"name": name, "namespace": ns} for ns, name in alive]
         return [name for ns, name in alive if ns == self.rt.namespace]
