@@ -33,12 +33,15 @@ def _standing_address():
 
 
 def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_env=None,
-         namespace=None, local_mode=False, _num_nodes=1, **kwargs):
+         namespace=None, local_mode=False, _num_nodes=1, _prestart_task_workers=None, **kwargs):
     """Starts an embedded troupe cluster (`_num_nodes` simulated hosts, each with `num_cpus`
     CPUs and `num_gpus` declared GPUs; `resources` are custom resources of the first host), or
     connects to a standing one: `address` "HOST:PORT", TROUPE_ADDRESS, or "auto" (TROUPE_ADDRESS,
     else the cluster `troupe start` runs on this host; ConnectionError when there is none).
-    `runtime_env` (env_vars, py_executable) applies to every worker. Returns a context dict."""
+    `runtime_env` (env_vars, py_executable) applies to every worker. `_prestart_task_workers`
+    task workers are started on every node at once (default: TROUPE_RAY_PRESTART_TASK_WORKERS,
+    else 1), so that the first task does not wait for a process to start. Returns a context
+    dict."""
     unknown = set(kwargs) - _IGNORED_INIT
     if unknown:
         raise TypeError(f"ray.init: unknown keyword arguments {sorted(unknown)}")
@@ -55,6 +58,12 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
         raise exceptions.NotSupportedError("ray.init inside a worker: the worker already uses "
                                            "its driver's cluster")
     _options.check_init_runtime_env(runtime_env)
+    prestart = _prestart_task_workers
+    if prestart is None:
+        prestart = os.environ.get("TROUPE_RAY_PRESTART_TASK_WORKERS", "1")
+    prestart = int(prestart)
+    if prestart < 0:
+        raise ValueError(f"ray.init: _prestart_task_workers={prestart} is negative")
     if address == "auto":
         address = os.environ.get("TROUPE_ADDRESS")
         if not address:
@@ -86,6 +95,7 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, runtime_
                                 _address_towards(address or os.environ.get("TROUPE_ADDRESS")),
                                 standing=bool(address or os.environ.get("TROUPE_ADDRESS")))
     _current.set_runtime(rt)
+    rt.tasks.prestart(prestart)
     global _exit_hook_registered
     if not _exit_hook_registered:  # as Ray's init does: a driver that never calls shutdown()
         atexit.register(shutdown, True)  # still stops its cluster before the interpreter ends

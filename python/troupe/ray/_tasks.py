@@ -155,12 +155,26 @@ class TaskPool:
             return _objects.ObjectRefGenerator(task.stream, task.error_of)
         return _actors._refs(task.cell, options.get("num_returns"))
 
+    def prestart(self, per_node):
+        """Starts `per_node` task workers on every node now (forked by its fork server), so that
+        the first tasks find a warm one; a task sent to one still starting waits for it. Which
+        tasks run at once is the head's booking of their CPUs, not this pool's size."""
+        cls = _runtime_env.host_class("TaskHost", None)
+        with self.runtime.lock:
+            for node in self.runtime.nodes:
+                idle = self.idle.setdefault((node.index, cls), [])
+                for _ in range(per_node):
+                    idle.append(self._start_runner(node, cls))
+
     def _runner(self, node, cls):
         idle = self.idle.setdefault((node.index, cls), [])
         while idle:
             w = idle.pop()
             if w.alive():
                 return w
+        return self._start_runner(node, cls)
+
+    def _start_runner(self, node, cls):
         self.count += 1
         setup, wrapper = _runtime_env.launch(self.runtime, None, self.runtime.job_env,
                                              "ray.init runtime_env")
