@@ -171,6 +171,12 @@ int main(int argc, char** argv) {
                    "a peer silent this long is lost (a host for the head, a driver for an agent)")
       ->check(CLI::Range(50, 600000))
       ->capture_default_str();
+  start_cmd
+      ->add_option("--restore-grace-ms", head.restore_grace_ms,
+                   "head restarted on its run directory: how long a driver has to book its "
+                   "placement groups again before the head releases them")
+      ->check(CLI::Range(0, 3600000))
+      ->capture_default_str();
 
   start_cmd
       ->add_option("--metrics-port", head.metrics_port,

@@ -291,6 +291,12 @@ int run_start_head(const StartHeadOptions& o) {
       }
       head->set_heartbeat(std::chrono::milliseconds(o.heartbeat_ms),
                           std::chrono::milliseconds(o.host_lost_ms));
+      try {
+        head->set_journal(dir + "/head.journal", std::chrono::milliseconds(o.restore_grace_ms));
+      } catch (const Error& e) {
+        std::fprintf(stderr, "troupe head: %s\n", e.what());
+        return 1;
+      }
       head::Head* h = head.get();
       // The bound address (port 0 asks for any free port).
       std::string bound = head->endpoint().substr(4);  // "tcp:IP:PORT"

@@ -30,6 +30,10 @@ struct StartHeadOptions {
   // is lost. The defaults declare a hung or cut-off host lost within a second.
   int heartbeat_ms = kDefaultHeartbeatMs;
   int host_lost_ms = kDefaultHostLostMs;
+  // The head's bookings are journalled in RUN_DIR/head.journal (head/journal.h); a head started
+  // again on the run directory books them again and releases a driver's that its driver does not
+  // book again within restore_grace_ms (a detached worker's stay with the worker).
+  int restore_grace_ms = 15000;
   // The run directory's name under $TMPDIR/troupe-<uid>; empty: "standing".
   std::string run_dir_name;
   // Prometheus metrics on http://ADDRESS:metrics_port/metrics (ADDRESS: the one the head

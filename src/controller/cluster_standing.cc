@@ -160,6 +160,8 @@ void StandingBackend::keep_head() {
       size_t booked = remote_->reattach(peer, kRestoreHostsWait);
       TROUPE_LOG(Warning) << "connected to the head at " << address_ << " again: " << booked
                           << " placement group(s) of this driver booked again";
+      // What this driver waited for is not listed by the new head: its waiters try again there.
+      remote_->notify_freed();
     } catch (const Error& e) {
       TROUPE_LOG(Debug) << "the head at " << address_ << " is not back: " << e.message();
       if (peer) peer->close(e);

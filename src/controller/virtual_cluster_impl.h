@@ -326,10 +326,10 @@ class VirtualClusterImpl {
     return ports;
   }
 
-  // wait_for_resources: tries again each time the head says resources were freed, until the
-  // deadline. The releases of its own rollback (reserve_all gives back the groups it placed when
-  // a later one does not fit) notify it too; they are counted out, so only another's release
-  // (or a host joining) wakes it.
+  // wait_for_resources: tries again each time the head says resources were freed (or the driver
+  // connected to a restarted head again), until the deadline. The releases of its own rollback
+  // (reserve_all gives back the groups it placed when a later one does not fit) notify it too; they
+  // are counted out, so only another's release (or a host joining) wakes it.
   void reserve_waiting() {
     auto deadline = Clock::now() + options_.creation_timeout;
     auto& head = Access::impl(runtime_).head_client();
@@ -361,7 +361,9 @@ class VirtualClusterImpl {
         reserve_all();
         return;
       } catch (const Error& e) {
-        if (e.code() != ErrorCode::kResourceUnavailable) throw;
+        // A head that is gone comes back (the driver reconnects and tells the waiters): wait.
+        if (e.code() != ErrorCode::kResourceUnavailable && e.code() != ErrorCode::kConnectionLost)
+          throw;
         if (!told)
           TROUPE_LOG(Info) << "virtual cluster '" << options_.name
                            << "' waits for resources (up to " << options_.creation_timeout.count()

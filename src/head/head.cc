@@ -29,15 +29,17 @@ void Head::expect_hosts_to_leave() {
 
 void Head::close() {
   listener_->close();
-  std::thread status_thread;
+  std::thread status_thread, grace_thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
     status_provider_ = nullptr;
     closing_ = true;
     status_thread.swap(status_thread_);
+    grace_thread.swap(grace_thread_);
   }
   cv_.notify_all();
   if (status_thread.joinable()) status_thread.join();
+  if (grace_thread.joinable()) grace_thread.join();
   std::vector<std::shared_ptr<transport::RpcPeer>> agents;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -116,8 +118,10 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
           reservations_of_.erase(it);
         }
       }
-      for (const auto& id : leased)
+      for (const auto& id : leased) {
         if (book_) book_->release(id);
+        journal_free_locked(id);
+      }
       if (auto peer = self->lock()) {
         drop_names_of_locked(peer.get());
         std::erase_if(waiting_, [&](const auto& w) { return w.first.first == peer.get(); });
@@ -226,6 +230,10 @@ void Head::register_agent(const std::shared_ptr<int>& index, const Value& kwargs
   TROUPE_LOG(Info) << "host " << rec.host_name << " registered as id " << *index << " ("
                    << rec.address << ", " << rec.num_cpus << " CPUs, " << rec.gpu_ids.size()
                    << " GPUs)";
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    book_recovered_locked();
+  }
   cv_.notify_all();
   resp.reply(wire::control::RegisterAgentReply{*index}.to_value());
   announce_freed();
@@ -321,6 +329,11 @@ void Head::restore_for(const std::shared_ptr<transport::RpcPeer>& from,
 
 void Head::lease(const std::shared_ptr<transport::RpcPeer>& from, const std::string& group_id) {
   if (!from) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    unclaimed_.erase(group_id);           // a driver booked it again: it is that driver's
+    if (tie_of_.count(group_id)) return;  // a worker's: its driver's leaving does not free it
+  }
   bool first = false;
   std::chrono::milliseconds interval{0}, timeout{0};
   {

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "head/journal.h"
 #include "head/placement.h"
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
@@ -126,6 +127,13 @@ class Head {
   // Every reserved placement group: its id and where its bundles are, e.g. "node-a: 2 bundles
   // (GPUs 0 1)", hosts separated by "; ".
   std::vector<std::pair<std::string, std::string>> placement_groups() const;
+  // Records every booking from now on in the journal at `path` (head/journal.h), and books again
+  // what it holds from an earlier head on the same directory as the hosts of each register
+  // (before any new reservation can take their resources). A booking not tied to a worker that
+  // no driver books again (restore, as a reconnecting driver does) within `grace` of being
+  // booked again is released. Call it before any agent registers. Throws Error when the file
+  // cannot be opened.
+  void set_journal(const std::string& path, std::chrono::milliseconds grace);
   // Serves "status" requests (from `troupe status`) with what `provider` returns; it runs on one
   // thread of the head's, never on the I/O thread, so it may block. Requests are served one at a
   // time, in order; the thread is started at the first request and joined by close().
@@ -178,6 +186,13 @@ class Head {
   // Releases the reservations tied to `worker` on `host` (every worker of it when `worker` is
   // empty); returns how many. mu_ held.
   size_t release_tied_locked(size_t host, const std::string& worker);
+  // Journal hooks (no-ops without a journal). mu_ held.
+  void journal_book_locked(const std::string& group_id);
+  void journal_free_locked(const std::string& group_id);
+  // Books the recovered groups whose hosts are all registered now. mu_ held.
+  void book_recovered_locked();
+  // The grace thread: releases the recovered groups no driver booked again in time, until close().
+  void expire_unclaimed();
   // Records `group_id` as a reservation of the driver connection `from` (released when it
   // closes); the first one starts heartbeats on it.
   void lease(const std::shared_ptr<transport::RpcPeer>& from, const std::string& group_id);
@@ -220,6 +235,11 @@ class Head {
   // Reservations tied to a worker (tie()): by (host id, worker), and each group's worker.
   std::map<std::pair<size_t, std::string>, std::set<std::string>> tied_;
   std::map<std::string, std::pair<size_t, std::string>> tie_of_;
+  std::unique_ptr<Journal> journal_;
+  std::map<std::string, Journal::Booking> recovered_;   // from the journal, not booked yet
+  std::map<std::string, Clock::time_point> unclaimed_;  // booked again; released past this
+  std::chrono::milliseconds restore_grace_{0};
+  std::thread grace_thread_;  // expire_unclaimed(); started by set_journal, joined by close()
   std::function<void()> on_resources_freed_;
   bool closing_ = false;
   bool hosts_leaving_ = false;  // expect_hosts_to_leave()

@@ -69,6 +69,7 @@ std::vector<BundlePlacement> Head::reserve_for(const std::shared_ptr<transport::
   try {
     auto placed = book_locked().reserve(group_id, bundles, strategy, only_host);
     if (!pending_as.empty()) waiting_.erase(key);
+    journal_book_locked(group_id);
     return placed;
   } catch (const Error& e) {
     if (pending_as.empty() || e.code() != ErrorCode::kResourceUnavailable) throw;
@@ -95,6 +96,7 @@ void Head::restore(const std::string& group_id, const std::vector<BundleRequest>
                    const std::vector<BundlePlacement>& placements, bool overcommit) {
   std::lock_guard<std::mutex> lock(mu_);
   book_locked().restore(group_id, bundles, placements, overcommit);
+  journal_book_locked(group_id);
 }
 
 bool Head::release(const std::string& group_id) {
@@ -110,6 +112,7 @@ bool Head::release(const std::string& group_id) {
       tie_of_.erase(t);
     }
     freed = book_ && book_->release(group_id);
+    if (freed) journal_free_locked(group_id);
   }
   if (freed) announce_freed();
   return freed;
@@ -132,6 +135,8 @@ void Head::tie(const transport::RpcPeer* from, const std::string& group_id, size
   if (auto old = tie_of_.find(group_id); old != tie_of_.end()) tied_[old->second].erase(group_id);
   tied_[{host, worker}].insert(group_id);
   tie_of_[group_id] = {host, worker};
+  unclaimed_.erase(group_id);
+  if (journal_) journal_->tie(group_id, hosts_[host].host_name, worker);
   TROUPE_LOG(Info) << "placement group " << group_id << " is held by worker " << worker << " on "
                    << hosts_[host].host_name << " from now on";
 }
@@ -146,6 +151,7 @@ size_t Head::release_tied_locked(size_t host, const std::string& worker) {
     for (const auto& id : it->second) {
       tie_of_.erase(id);
       if (book_ && book_->release(id)) ++freed;
+      journal_free_locked(id);
       TROUPE_LOG(Info) << "placement group " << id << " released: its worker " << it->first.second
                        << " is gone";
     }
@@ -276,6 +282,117 @@ std::vector<std::pair<std::string, std::string>> Head::placement_groups() const 
     out.emplace_back(id, where);
   }
   return out;
+}
+
+// ---- the journal ---------------------------------------------------------------------------
+
+void Head::set_journal(const std::string& path, std::chrono::milliseconds grace) {
+  auto journal = std::make_unique<Journal>(path);
+  std::lock_guard<std::mutex> lock(mu_);
+  recovered_ = journal->recovered();
+  journal_ = std::move(journal);
+  restore_grace_ = grace;
+  if (!recovered_.empty())
+    TROUPE_LOG(Info) << path << ": " << recovered_.size()
+                     << " booking(s) of an earlier head, booked again as their hosts register";
+  if (!grace_thread_.joinable()) grace_thread_ = std::thread([this] { expire_unclaimed(); });
+}
+
+void Head::journal_book_locked(const std::string& group_id) {
+  if (!journal_ || !book_) return;
+  const auto* placements = book_->placements(group_id);
+  const auto* bundles = book_->bundles(group_id);
+  if (!placements || !bundles) return;
+  Journal::Booking b;
+  b.bundles = *bundles;
+  b.placements = *placements;
+  for (const auto& p : *placements)
+    b.hosts.push_back(p.host < hosts_.size() ? hosts_[p.host].host_name : "");
+  if (auto t = tie_of_.find(group_id); t != tie_of_.end() && t->second.first < hosts_.size()) {
+    b.tied_host = hosts_[t->second.first].host_name;
+    b.tied_worker = t->second.second;
+  }
+  journal_->book(group_id, b);
+}
+
+void Head::journal_free_locked(const std::string& group_id) {
+  unclaimed_.erase(group_id);
+  if (journal_) journal_->free(group_id);
+}
+
+void Head::book_recovered_locked() {
+  for (auto it = recovered_.begin(); it != recovered_.end();) {
+    const Journal::Booking& b = it->second;
+    std::vector<BundlePlacement> at = b.placements;
+    bool all_here = true;
+    for (size_t i = 0; i < at.size() && all_here; ++i) {
+      all_here = false;
+      for (size_t h = 0; h < hosts_.size(); ++h)
+        if (hosts_[h].host_name == b.hosts[i] && hosts_[h].alive) {
+          at[i].host = h;
+          all_here = true;
+        }
+    }
+    if (!all_here) {
+      ++it;
+      continue;
+    }
+    const std::string id = it->first;
+    try {
+      book_locked().restore(id, b.bundles, at);
+      if (!b.tied_worker.empty()) {
+        size_t host = 0;
+        while (host < hosts_.size() && hosts_[host].host_name != b.tied_host) ++host;
+        tied_[{host, b.tied_worker}].insert(id);
+        tie_of_[id] = {host, b.tied_worker};
+      } else {
+        unclaimed_[id] = Clock::now() + restore_grace_;
+      }
+      TROUPE_LOG(Info) << "placement group " << id << " booked again from the journal"
+                       << (b.tied_worker.empty() ? "; its driver has "
+                                                 : ", held by worker " + b.tied_worker)
+                       << (b.tied_worker.empty()
+                               ? std::to_string(restore_grace_.count()) + " ms to claim it"
+                               : std::string());
+    } catch (const Error& e) {
+      TROUPE_LOG(Warning) << "placement group " << id
+                          << " of the journal is not booked again: " << e.message();
+      journal_->free(id);
+    }
+    it = recovered_.erase(it);
+  }
+  cv_.notify_all();  // the grace thread sees the new deadlines
+}
+
+void Head::expire_unclaimed() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!closing_) {
+    auto next = Clock::time_point::max();
+    for (const auto& [id, deadline] : unclaimed_) next = std::min(next, deadline);
+    if (next == Clock::time_point::max())
+      cv_.wait(lock);
+    else
+      cv_.wait_until(lock, next);
+    if (closing_) return;
+    size_t freed = 0;
+    auto now = Clock::now();
+    for (auto it = unclaimed_.begin(); it != unclaimed_.end();) {
+      if (it->second > now) {
+        ++it;
+        continue;
+      }
+      TROUPE_LOG(Info) << "placement group " << it->first
+                       << " released: no driver booked it again after the head restarted";
+      if (book_ && book_->release(it->first)) ++freed;
+      if (journal_) journal_->free(it->first);
+      it = unclaimed_.erase(it);
+    }
+    if (freed) {
+      lock.unlock();
+      announce_freed();
+      lock.lock();
+    }
+  }
 }
 
 }  // namespace troupe::head

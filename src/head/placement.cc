@@ -493,6 +493,11 @@ const std::vector<BundlePlacement>* ResourceBook::placements(const std::string& 
   return it == groups_.end() ? nullptr : &it->second.placements;
 }
 
+const std::vector<BundleRequest>* ResourceBook::bundles(const std::string& group_id) const {
+  auto it = groups_.find(group_id);
+  return it == groups_.end() ? nullptr : &it->second.bundles;
+}
+
 // Sums from scratch (in group-id order) so that releases leave no float drift behind.
 void ResourceBook::recompute_usage() {
   used_.assign(hosts_.size(), HostUsage{});

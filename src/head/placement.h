@@ -126,6 +126,8 @@ class ResourceBook {
   const std::vector<HostCapacity>& hosts() const { return hosts_; }
   // The placements of a reserved group, or nullptr.
   const std::vector<BundlePlacement>* placements(const std::string& group_id) const;
+  // The bundles a reserved group asked for, or nullptr.
+  const std::vector<BundleRequest>* bundles(const std::string& group_id) const;
   size_t group_count() const { return groups_.size(); }
   // The ids of every reserved group, in id order.
   std::vector<std::string> group_ids() const {

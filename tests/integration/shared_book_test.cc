@@ -3,8 +3,13 @@
 // - the second driver's virtual cluster that waits for resources is listed by `troupe status`
 //   as waiting, with the reason, and is placed on the GPUs once the first driver releases them;
 // - a driver's exit frees its bookings for the other;
+// - a waiting driver waits on through a kill -9 and restart of the head, which books again from
+//   its journal what was booked, and releases what no driver books again within its grace;
 // - without wait_for_resources, a virtual cluster that does not fit fails at once, and one that
 //   waits gives up at its creation_timeout, saying so.
+#include <signal.h>
+
+#include <filesystem>
 #include <future>
 #include <optional>
 #include <string>
@@ -23,6 +28,20 @@ using troupe::ClusterOptions;
 using troupe::VirtualCluster;
 using troupe::VirtualClusterOptions;
 using namespace std::chrono_literals;
+
+// Whether every thread of `pid` is stopped (state T in /proc/PID/task/TID/stat).
+bool all_threads_stopped(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  size_t threads = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::string stat = read_file(entry.path().string() + "/stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'T')
+      return false;
+    ++threads;
+  }
+  return threads > 0;
+}
 
 class SharedBook : public testing::Test {
  protected:
@@ -116,6 +135,70 @@ TEST_F(SharedBook, ADriversExitFreesItsGpusForTheWaitingOne) {
   first->shutdown();  // the driver leaves without releasing: the head frees its bookings
   ASSERT_EQ(waiter.wait_for(kDeadline), std::future_status::ready) << "the waiter never got them";
   EXPECT_EQ(gpus_of(*waiter.get()), (std::vector<int>{0, 1}));
+}
+
+// kill -9 of the head while one driver holds the GPUs and another waits for them: the holder
+// books them again on the restarted head, the waiter waits there again (listed anew), and gets
+// them once the holder releases them; nothing is booked twice.
+TEST_F(SharedBook, AWaitingDriverWaitsOnThroughAHeadRestart) {
+  Cluster first(driver()), second(driver());
+  auto held = std::make_unique<VirtualCluster>(first, both_gpus("first", false));
+  auto waiter = std::async(std::launch::async, [&] {
+    return std::make_unique<VirtualCluster>(second, both_gpus("second", true));
+  });
+  ASSERT_FALSE(status_once_waiting("virtual cluster second").empty());
+
+  ASSERT_TRUE(cluster_.kill_and_restart_head());
+  // The new head knows nothing until its agents and drivers are back: the holder's group is
+  // booked again where it was, and the waiter waits there again.
+  std::string status;
+  ASSERT_TRUE(eventually(
+      [&] {
+        status = cluster_.status().output;
+        return status.find("book-a: 2 bundles (GPUs 0 1)") != std::string::npos &&
+               status.find("virtual cluster second") != std::string::npos;
+      },
+      kDeadline))
+      << status;
+  EXPECT_EQ(waiter.wait_for(0ms), std::future_status::timeout);
+
+  held->shutdown();
+  ASSERT_EQ(waiter.wait_for(kDeadline), std::future_status::ready) << cluster_.status().output;
+  EXPECT_EQ(gpus_of(*waiter.get()), (std::vector<int>{0, 1}));
+}
+
+// A driver that does not come back to the restarted head: its groups, booked again from the
+// journal, are released once the grace is over, and the waiting driver gets them.
+TEST_F(SharedBook, ARestartedHeadReleasesWhatNoDriverBooksAgain) {
+  auto first = std::make_unique<Cluster>(driver());
+  auto held = std::make_unique<VirtualCluster>(*first, both_gpus("first", false));
+  Cluster second(driver());
+  auto waiter = std::async(std::launch::async, [&] {
+    return std::make_unique<VirtualCluster>(second, both_gpus("second", true));
+  });
+  ASSERT_FALSE(status_once_waiting("virtual cluster second").empty());
+  // The head hears nothing of the first driver's exit: stopped (every thread of it) first.
+  ::kill(cluster_.head(), SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return all_threads_stopped(cluster_.head()); }, kDeadline));
+  held.reset();
+  first->shutdown();
+  ASSERT_TRUE(cluster_.kill_and_restart_head({"--restore-grace-ms", "3000"}));
+  // Booked again from the journal once its host registered: the first driver's group, on both
+  // GPUs, held for a driver that does not come back.
+  std::string status;
+  ASSERT_TRUE(eventually(
+      [&] {
+        status = cluster_.status().output;
+        auto groups = status.find("placement groups:");
+        return groups != std::string::npos && status.find("first-", groups) != std::string::npos &&
+               status.find("(GPUs 0 1)", groups) != std::string::npos;
+      },
+      kDeadline))
+      << status << "\nhead.log:\n"
+      << read_file(cluster_.dir() + "/head.log");
+  ASSERT_EQ(waiter.wait_for(kDeadline), std::future_status::ready) << cluster_.status().output;
+  EXPECT_EQ(gpus_of(*waiter.get()), (std::vector<int>{0, 1}));
+  EXPECT_EQ(cluster_.status().output.find("first-"), std::string::npos);
 }
 
 TEST_F(SharedBook, AWaitGivesUpAtItsCreationTimeoutSayingSo) {

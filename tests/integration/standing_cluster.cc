@@ -83,6 +83,20 @@ std::string StandingCluster::wait_for_head_line(const std::string& pattern) cons
   return {};
 }
 
+bool StandingCluster::kill_and_restart_head(const std::vector<std::string>& extra) {
+  if (head_ > 0) {
+    ::kill(head_, SIGKILL);
+    int status = 0;
+    ::waitpid(head_, &status, 0);
+  }
+  std::string port = address_.substr(address_.rfind(':') + 1);
+  std::vector<std::string> argv{cli_,        "start",  "--head", "--block", "--node-ip-address",
+                                "127.0.0.1", "--port", port};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  head_ = spawn_to_file(argv, dir_ + "/head.log");
+  return wait_for_head_line(R"(listening on (127\.0\.0\.1:\d+))") == address_;
+}
+
 void StandingCluster::stop() {
   for (pid_t pid : agents_) ::kill(pid, SIGCONT);
   std::vector<pid_t> all = agents_;

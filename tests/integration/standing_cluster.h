@@ -45,6 +45,10 @@ class StandingCluster {
   // `troupe status` shows every one up (a test failure and false when it does not in time).
   bool start_agents(const std::vector<StandingHost>& hosts,
                     const std::vector<std::string>& extra = {});
+  // Kills the head with SIGKILL (it says goodbye to no one), reaps it, and starts a new one on the
+  // same address with `extra` options, its log in head.log anew; true once it listens (agents and
+  // drivers reconnect to it by themselves).
+  bool kill_and_restart_head(const std::vector<std::string>& extra = {});
   // The first group of `pattern` in the head's log once it is there; "" and a test failure when
   // it is not within the tests' deadline.
   std::string wait_for_head_line(const std::string& pattern) const;

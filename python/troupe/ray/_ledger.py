@@ -57,13 +57,19 @@ class HeadBooking:
         self.share = share
 
     def give(self, request, gpus):
-        self.cluster.unbook(self.booking_id)
+        try:
+            self.cluster.unbook(self.booking_id)
+        except troupe.TroupeError:
+            pass  # the head is gone: a restarted one releases what no driver books again
 
     def take_over(self, request, gpus):
         """Books it again where it was, even over the host's amounts (a task back from a nested
         ray.get, as Ray's raylet does)."""
-        self.cluster.book_at(self.booking_id, [request], [(self.host, list(gpus), self.share)],
-                             True)
+        try:
+            self.cluster.book_at(self.booking_id, [request],
+                                 [(self.host, list(gpus), self.share)], True)
+        except troupe.TroupeError:
+            pass  # the head is gone: the task runs on, unbooked until it ends
 
 
 class ResourceLedger:
@@ -111,8 +117,11 @@ class ResourceLedger:
             tries = [("PACK", None)]
         booking_id = booking_id or self.new_booking_id("r")
         for i, (how, host) in enumerate(tries):
-            got = self.cluster.try_book(booking_id, [request], how, host,
-                                        waiting_as if i == len(tries) - 1 else "")
+            try:
+                got = self.cluster.try_book(booking_id, [request], how, host,
+                                            waiting_as if i == len(tries) - 1 else "")
+            except troupe.ConnectionLostError:
+                return None  # the head is gone: tried again once the driver is back with it
             if got is not None:
                 where, gpus, share = got[0]
                 return (HeadBooking(self.cluster, booking_id, where, share),
@@ -143,6 +152,8 @@ class ResourceLedger:
         try:
             got = self.cluster.try_book(pg.booking_id, pg.requests, pg.strategy, None,
                                         f"placement group {pg.name or pg.pg_id}")
+        except troupe.ConnectionLostError:
+            return False  # the head is gone: tried again once the driver is back with it
         except troupe.TroupeError as e:  # a request the head refuses: the group never fits
             pg.ready_cell.set_error(rex.PlacementGroupSchedulingError(
                 f"placement group {pg.pg_id}: {e}"))
