@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "head/head.h"
+#include "head_peer.h"
 #include "test_util.h"
 #include "transport/io_loop.h"
 #include "transport/listener.h"
@@ -42,22 +43,12 @@ class HeadBookingTest : public ::testing::Test {
   }
 
   Driver connect() {
-    std::promise<std::shared_ptr<transport::Connection>> connected;
-    transport::async_connect(
-        loop_.context(), head_.endpoint(), kToken, 5000ms,
-        [&connected](std::shared_ptr<transport::Connection> c, const Error* e) {
-          if (e)
-            connected.set_exception(std::make_exception_ptr(*e));
-          else
-            connected.set_value(c);
-        });
-    auto c = connected.get_future().get();
     Driver d;
     transport::RpcPeer::Handlers h;
     h.on_event = [freed = d.freed](wire::Event&& e) {
       if (e.name == control::ResourcesFreed::kEvent) ++*freed;
     };
-    loop_.run_sync([&] { d.peer = transport::RpcPeer::attach(c, wire::FrameLimits{}, h); });
+    d.peer = troupe_test::connect_peer(loop_, head_.endpoint(), kToken, std::move(h));
     peers_.push_back(d.peer);
     return d;
   }

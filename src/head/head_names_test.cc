@@ -8,6 +8,7 @@
 #include <future>
 
 #include "head/head.h"
+#include "head_peer.h"
 #include "test_util.h"
 #include "transport/io_loop.h"
 #include "transport/listener.h"
@@ -34,18 +35,7 @@ class HeadNamesTest : public ::testing::Test {
   }
 
   std::shared_ptr<transport::RpcPeer> connect() {
-    std::promise<std::shared_ptr<transport::Connection>> connected;
-    transport::async_connect(
-        loop_.context(), head_.endpoint(), kToken, 5000ms,
-        [&connected](std::shared_ptr<transport::Connection> c, const Error* e) {
-          if (e)
-            connected.set_exception(std::make_exception_ptr(*e));
-          else
-            connected.set_value(c);
-        });
-    auto c = connected.get_future().get();
-    std::shared_ptr<transport::RpcPeer> peer;
-    loop_.run_sync([&] { peer = transport::RpcPeer::attach(c, wire::FrameLimits{}, {}); });
+    auto peer = troupe_test::connect_peer(loop_, head_.endpoint(), kToken);
     peers_.push_back(peer);
     return peer;
   }

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "head/head.h"
+#include "head_peer.h"
 #include "test_util.h"
 #include "transport/io_loop.h"
 #include "transport/listener.h"
@@ -102,18 +103,7 @@ TEST(Journal, IsCompactedWhenMostOfItIsFreedRecords) {
 class RestartedHead : public ::testing::Test {
  protected:
   std::shared_ptr<transport::RpcPeer> connect(Head& head) {
-    std::promise<std::shared_ptr<transport::Connection>> connected;
-    transport::async_connect(
-        loop_.context(), head.endpoint(), kJournalToken, 5000ms,
-        [&connected](std::shared_ptr<transport::Connection> c, const Error* e) {
-          if (e)
-            connected.set_exception(std::make_exception_ptr(*e));
-          else
-            connected.set_value(c);
-        });
-    auto c = connected.get_future().get();
-    std::shared_ptr<transport::RpcPeer> peer;
-    loop_.run_sync([&] { peer = transport::RpcPeer::attach(c, wire::FrameLimits{}, {}); });
+    auto peer = troupe_test::connect_peer(loop_, head.endpoint(), kJournalToken);
     peers_.push_back(peer);
     return peer;
   }
