@@ -78,9 +78,8 @@ class Agent {
       auto session = fs::open_private_dir(config_.session_dir, true);
       logs_dir_ =
           fs::open_private_dir_at(session.get(), "logs", true, config_.session_dir + "/logs");
-      stacks_dir_ =
-          fs::open_private_dir_at(session.get(), "stacks", true, config_.session_dir + "/stacks");
-      fs::open_private_dir(config_.socket_dir, true);
+      auto sockets = fs::open_private_dir(config_.socket_dir, true);
+      stacks_dir_ = fs::open_private_dir_at(sockets.get(), "stacks", true, stacks_dir());
       unix_listener_ = transport::Listener::start(
           io_, "unix:" + config_.socket_dir + "/agent-" + config_.host_name + ".sock",
           config_.token, on_conn);
@@ -331,6 +330,7 @@ class Agent {
     h.address = config_.address;
     h.session_dir = config_.session_dir;
     h.socket_dir = config_.socket_dir;
+    h.stacks_dir = stacks_dir();
     h.token = config_.token;
     h.log_to_terminal = config_.log_to_terminal;
     h.gpu_ids = config_.gpu_ids;
@@ -464,8 +464,12 @@ class Agent {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       if (fs::stale_unix_socket(head)) ::unlink(head.c_str());
     }
-    ::rmdir(config_.socket_dir.c_str());  // the last one out removes the directory
+    // The last one out removes the directories (each agent removed its workers' files).
+    ::rmdir(stacks_dir().c_str());
+    ::rmdir(config_.socket_dir.c_str());
   }
+
+  std::string stacks_dir() const { return config_.socket_dir + "/stacks"; }
 
   void begin_shutdown(int code) {
     if (shutting_down_) return;

@@ -69,8 +69,9 @@ struct AgentConfig {
   std::map<std::string, std::string> labels;
   std::string head_endpoint;  // unix:... or tcp:...
   std::string session_dir;    // logs/ lives here; a directory of this user, mode 0700
-  // The agent's and its workers' Unix sockets; default session_dir/sockets. Short enough for
-  // socket paths (108 bytes) whatever the session directory is.
+  // The agent's and its workers' Unix sockets, and in socket_dir/stacks the workers' call-status
+  // pages and Python stack files; default session_dir/sockets. Short enough for socket paths
+  // (108 bytes) whatever the session directory is.
   std::string socket_dir;
   std::string token;
   bool log_to_terminal = true;

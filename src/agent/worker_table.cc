@@ -107,8 +107,8 @@ WorkerLaunch WorkerTable::make_launch(const control::StartWorker& request,
   vars[worker_env::kTcpHost] = host_.address;
   vars[worker_env::kContainer] = container;
   if (host_.stacks_dir_fd >= 0) {  // created in start()
-    vars[worker_env::kCallStatus] = host_.session_dir + "/stacks/" + request.name + ".status";
-    vars[worker_env::kPythonStacks] = host_.session_dir + "/stacks/" + request.name + ".pystacks";
+    vars[worker_env::kCallStatus] = host_.stacks_dir + "/" + request.name + ".status";
+    vars[worker_env::kPythonStacks] = host_.stacks_dir + "/" + request.name + ".pystacks";
     vars[worker_env::kPythonStacksSignal] = std::to_string(python_stacks_signal());
   }
   vars.erase(launch_env::kToken);  // the token goes through a pipe (WorkerLaunch::token)

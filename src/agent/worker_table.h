@@ -53,10 +53,12 @@ struct WorkerHost {
   bool log_to_terminal = true;
   std::vector<int> gpu_ids;  // declared GPUs
   int logs_dir_fd = -1;      // session_dir/logs, not owned
-  // session_dir/stacks, not owned: each running worker's call-status page (NAME.status) and
+  // socket_dir/stacks (in memory where the socket directory is, so that a start allocates no
+  // disk inode for them), not owned: each running worker's call-status page (NAME.status) and
   // Python stack file (NAME.pystacks), which the worker creates at its start and the agent
   // removes when it exits; -1: none.
   int stacks_dir_fd = -1;
+  std::string stacks_dir;  // its path
 };
 
 class WorkerTable {

@@ -143,6 +143,7 @@ class WorkerTableTest : public testing::Test {
     host.log_to_terminal = false;
     host.logs_dir_fd = logs_;
     host.stacks_dir_fd = stacks_;
+    host.stacks_dir = dir_ + "/stacks";
     return host;
   }
 
