@@ -543,6 +543,10 @@ PYBIND11_MODULE(_core, m) {
         "with the end marker written after each dump; None otherwise.");
   m.def("fork_past_intermediate", &py::fork_past_intermediate,
         "os.fork() for the fork server, through a vfork()ed intermediate (sibling_fork.h).");
+  m.def("serve_fork_requests", &py::serve_fork_requests,
+        "The fork server's loop; returns only in a worker it forked (sibling_fork.h).");
+  m.def("warm_up_for_forks", &py::warm_up_for_forks,
+        "In the fork server: the crypto library's set-up every worker's handshake needs.");
   m.def("become_forked_worker", &py::become_forked_worker,
         "In a worker fork_past_intermediate made: its process-level start (sibling_fork.h).");
   m.def("run_role", &troupe::run_role, pybind11::call_guard<pybind11::gil_scoped_release>());

@@ -22,6 +22,22 @@ namespace troupe::py {
 // the intermediate until that exits. Raises OSError when vfork or fork fail.
 pybind11::tuple fork_past_intermediate();
 
+// The fork server's loop, without running Python code between forks (each object a Python
+// path touches in the fork server is a page copied there after every fork): reads the agent's
+// requests on `sock` (src/agent/fork_server_protocol.h), forks each worker with
+// fork_past_intermediate() unless threads other than the caller's run (then it answers
+// -EAGAIN and says so on stderr), closes the request's descriptors and answers the pid (or
+// -errno). Returns only in a forked worker: (umask, cwd, [b"KEY=VALUE"], [fds], intermediate
+// pid), for become_forked_worker. Exits the process (status 0) at EOF, on a malformed request
+// and when the answer cannot be written. Blocks; call with the GIL held, from a single-threaded
+// process. Raises what a Python signal handler raises.
+pybind11::tuple serve_fork_requests(int sock);
+
+// What every worker does first, done once in the fork server so that its workers inherit it:
+// the crypto library's set-up for the connection handshake (HMAC-SHA256, random nonces; see
+// src/common/token.cc). Starts no thread.
+void warm_up_for_forks();
+
 // In a worker that fork_past_intermediate() just made, the process-level part of the start an
 // exec'd worker has (PFS-2 of src/agent/fork_server_choice.h), without running Python code
 // (every object a Python path touches is a page copied from the fork server):

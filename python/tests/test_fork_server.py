@@ -25,8 +25,8 @@ def snapshot(worker):
 
 def open_kinds(snap):
     """The kinds of a worker's open descriptors, sorted; a file by its suffix (".pystacks")."""
-    return sorted(os.path.splitext(kind)[1] if kind.startswith("/tmp") else kind
-                  for _, kind in snap["fds"])
+    return sorted(os.path.splitext(kind)[1] if kind.startswith("/") and kind != "/dev/null"
+                  else kind for _, kind in snap["fds"])
 
 
 def without(env):
@@ -205,3 +205,39 @@ def test_forked_worker_and_fork_server_die_with_their_agent():
             time.sleep(0.01)
     finally:
         c.shutdown()
+
+
+def _play_agent(kind):
+    """What python/tests/fork_protocol_agent.py saw, playing an agent to a fork server."""
+    import json
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run([sys.executable, os.path.join(here, "fork_protocol_agent.py"), kind],
+                         capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def _ran_as_worker(report):
+    # The environment of the request reached it: TROUPE_ROLE "none" makes troupe._role exit 2.
+    assert report["pid"] > 0
+    assert report["exit"] == 2, report
+    assert "TROUPE_ROLE is not set to 'agent' or 'worker'" in report["stderr"]
+
+
+def test_fork_server_forks_each_valid_request_and_exits_when_the_agent_closes():
+    seen = _play_agent("valid")
+    assert seen["hello"] == 0
+    _ran_as_worker(seen["first"])
+    _ran_as_worker(seen["second"])
+    assert seen["first"]["pid"] != seen["second"]["pid"]
+    assert seen["server_exit"] == 0
+
+
+@pytest.mark.parametrize("kind", ["bad_magic", "truncated_string", "missing_fds"])
+def test_malformed_request_forks_nothing_and_ends_the_fork_server(kind):
+    seen = _play_agent(kind)
+    _ran_as_worker(seen["first"])  # served until then
+    assert seen["second"] == {"pid": None, "stderr": ""}  # no answer, no worker wrote
+    assert seen["server_exit"] == 0

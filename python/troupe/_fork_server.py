@@ -6,7 +6,8 @@ bootstrap (``python -c CODE``, which runs troupe._role) -- with TROUPE_ROLE=fork
 TROUPE_FORK_SERVER_FD (its socket to the agent) and TROUPE_PYTHON_PRELOAD (the modules to
 import). It speaks the agent's fork-server protocol (src/agent/fork_server_protocol.h): a
 greeting, then per worker a header with the worker's descriptors attached, its cwd and
-environment, answered with the worker's pid. Each worker is forked by an intermediate child
+environment, answered with the worker's pid (the loop is _core.serve_fork_requests, so that no
+Python code runs in this process between forks). Each worker is forked by an intermediate child
 made with vfork (_core.fork_past_intermediate, python/src/sibling_fork.h), which puts it in its
 own process group and exits; the agent, a child subreaper, becomes its parent (FS-3 of
 src/agent/fork_server.h).
@@ -15,7 +16,6 @@ Invariants: PFS-1 and PFS-2 in src/agent/fork_server_choice.h.
 """
 
 import ctypes
-import errno
 import gc
 import importlib
 import os
@@ -31,12 +31,8 @@ import threading
 import troupe._worker  # noqa: F401  troupe's worker runtime, preloaded for every worker
 from troupe import _core
 
-_MAGIC = 0x32534654
 _HELLO_OK, _HELLO_THREADS, _HELLO_BAD_SETUP = 0, 1, 2
-_NUM_FDS, _MAX_FDS = 4, 5
-_MAX_BODY = 4 << 20
 _MARKER_ROOM = 40
-_HEADER = struct.Struct("=IIII")  # magic, umask, body_len, nfds
 _INT = struct.Struct("=i")
 
 forked = False  # True in a worker forked by this module
@@ -108,52 +104,6 @@ def _marker_address():
     return None
 
 
-def _read_exact(sock, n):
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise EOFError
-        data += chunk
-    return data
-
-
-def _read_request(sock):
-    """(umask, cwd, ["KEY=VALUE"], [fds]) of the next request; None at EOF or on a bad one (the
-    descriptors that came with it are closed)."""
-    fds = []
-    try:
-        data, anc, flags, _ = sock.recvmsg(_HEADER.size, socket.CMSG_SPACE(4 * _MAX_FDS),
-                                           socket.MSG_CMSG_CLOEXEC)
-        for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                n = len(payload) // 4
-                fds.extend(struct.unpack(f"={n}i", payload[:4 * n]))
-        if not data or flags & socket.MSG_CTRUNC:
-            raise EOFError
-        data += _read_exact(sock, _HEADER.size - len(data))
-        magic, umask, body_len, nfds = _HEADER.unpack(data)
-        if magic != _MAGIC or body_len > _MAX_BODY or nfds != len(fds) or \
-                nfds not in (_NUM_FDS, _MAX_FDS):
-            raise EOFError
-        body = _read_exact(sock, body_len)
-        strings, pos = [], 0
-        while pos < len(body):
-            (n,) = struct.unpack_from("=I", body, pos)
-            pos += 4
-            if pos + n > len(body):
-                raise EOFError
-            strings.append(body[pos:pos + n])
-            pos += n
-        if not strings:
-            raise EOFError
-        return umask, strings[0], strings[1:], fds
-    except (EOFError, OSError, struct.error):
-        for fd in fds:
-            os.close(fd)
-        return None
-
-
 class _Server:
     def __init__(self, sock, agent):
         self.sock = sock
@@ -177,25 +127,6 @@ class _Server:
         """After the preload: the handlers it changed, which each worker sets back."""
         self.changed_handlers = [(sig, handler) for sig, handler in self.handlers.items()
                                  if signal.getsignal(sig) != handler]
-
-    def spawn(self, request):
-        """Forks the worker of `request`: returns its pid (or -errno) in the fork server, None in
-        the worker (which is set up by then)."""
-        umask, cwd, env, fds = request
-        why = _unsafe()
-        if why:
-            sys.stderr.write(f"troupe fork server: not forking: {why}\n")
-            return -errno.EAGAIN
-        sys.stdout.flush()
-        sys.stderr.flush()
-        try:
-            worker, intermediate = _core.fork_past_intermediate()
-        except OSError as e:
-            return -e.errno
-        if worker == 0:
-            self.become_worker(intermediate, umask, cwd, env, fds)
-            return None
-        return worker
 
     def become_worker(self, intermediate, umask, cwd, env, fds):
         """In the forked worker: the start an exec'd worker has (PFS-2, FS-2, FS-3). Exits on
@@ -253,6 +184,7 @@ def serve():
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
     server = _Server(sock, os.getppid())
     names = [n for n in os.environ.get("TROUPE_PYTHON_PRELOAD", "").split(",") if n]
+    _core.warm_up_for_forks()
     hello, message = _preload(names)
     try:
         sock.sendall(_INT.pack(hello))
@@ -266,16 +198,7 @@ def serve():
     # Everything imported so far is permanent: a worker's collections never walk (and so never
     # write, copying their pages) the objects it shares with this process.
     gc.freeze()
-    while True:
-        request = _read_request(sock)
-        if request is None:
-            os._exit(0)
-        answer = server.spawn(request)
-        if answer is None:
-            return  # the worker
-        for fd in request[3]:
-            os.close(fd)
-        try:
-            sock.sendall(_INT.pack(answer))
-        except OSError:
-            os._exit(0)
+    sys.stdout.flush()  # no Python code runs in this process from here on but in its workers
+    sys.stderr.flush()
+    umask, cwd, env, fds, intermediate = _core.serve_fork_requests(sock.fileno())
+    server.become_worker(intermediate, umask, cwd, env, fds)
