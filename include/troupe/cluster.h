@@ -223,7 +223,10 @@ struct NamedWorker {
   std::string name_space;  // the namespace; may be empty
   std::string name;        // non-empty
   // Not detached: the record goes when the registering driver's connection to the head closes.
-  // Either way it goes when the worker exits, its host's agent leaves, or remove_name.
+  // Either way it goes when the worker exits, its host's agent leaves, or remove_name. A standing
+  // head keeps the records in its journal: started again after a kill -9, it has them all, held
+  // by no driver connection, and drops each whose worker its agent does not list as it
+  // registers again.
   bool detached = false;
   std::string host;          // the name of the worker's host
   std::string worker;        // the worker's name as its agent knows it (Worker::agent_name)
@@ -231,7 +234,7 @@ struct NamedWorker {
   int64_t pid = 0;
   std::string info;  // opaque to troupe, at most 1 MiB: what the registering driver stores
   // Cluster::list_names only: "driver at ADDRESS" while the driver that registered it is
-  // connected to the head, "" once it left (a detached record).
+  // connected to the head, "" once it left (a detached record) or the head was started again.
   std::string held_by;
 };
 

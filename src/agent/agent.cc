@@ -202,6 +202,7 @@ class Agent {
           reg.machine_id = env::machine_id();
           reg.network_id = env::network_id();
           reg.memory_bytes = proc::read_meminfo().total_bytes;
+          reg.workers = table_->names();
           std::weak_ptr<transport::RpcPeer> weak = head_;
           head_->call(control::RegisterAgent::kMethod, reg.to_map())
               .then([this, weak](const Future<Value>& f) {

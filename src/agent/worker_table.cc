@@ -451,6 +451,13 @@ std::vector<StackTarget> WorkerTable::stack_targets(const std::vector<std::strin
   return out;
 }
 
+std::vector<std::string> WorkerTable::names() const {
+  std::vector<std::string> out;
+  out.reserve(workers_.size());
+  for (const auto& [name, w] : workers_) out.push_back(name);
+  return out;
+}
+
 std::map<std::string, int64_t> WorkerTable::memory() const {
   std::vector<pid_t> pgids;
   for (const auto& [name, w] : workers_) pgids.push_back(w.process->pid());

@@ -125,6 +125,8 @@ class WorkerTable {
   // What stack_sampler.h needs of the running workers `names` (all when empty). Throws
   // kInvalidArgument for a name that is not running, naming those that are.
   std::vector<StackTarget> stack_targets(const std::vector<std::string>& names) const;
+  // The names of the workers in the table (running, or exited with their exit not reported yet).
+  std::vector<std::string> names() const;
   // Resident memory of each running worker's process group.
   std::map<std::string, int64_t> memory() const;
   // The GPUs a start of `request` would get (throws kResourceUnavailable as start does).

@@ -170,8 +170,10 @@ void Head::on_connection(std::shared_ptr<transport::Connection> connection) {
 void Head::register_agent(const std::shared_ptr<int>& index, const Value& kwargs,
                           const transport::Responder& resp, transport::RpcPeer* peer) {
   HostRecord rec;
+  std::optional<std::vector<std::string>> running;
   try {
     auto m = wire::control::RegisterAgent::from(kwargs);
+    running = std::move(m.workers);
     if (m.host_name.empty()) throw Error(ErrorCode::kInvalidArgument, "host_name is empty");
     rec.host_name = m.host_name;
     rec.address = m.address;
@@ -224,19 +226,18 @@ void Head::register_agent(const std::shared_ptr<int>& index, const Value& kwargs
     timeout = heartbeat_timeout_;
     round_trip = heartbeat_round_trip_;
     registrations_.fetch_add(1, std::memory_order_relaxed);
+    // What the journal holds of this host is known before anyone sees it registered.
+    book_recovered_locked();
+    if (running) forget_departed_locked(static_cast<size_t>(*index), *running);
   }
   if (monitored && interval.count() > 0)
     monitored->start_heartbeat(interval, timeout, std::move(round_trip));
   TROUPE_LOG(Info) << "host " << rec.host_name << " registered as id " << *index << " ("
                    << rec.address << ", " << rec.num_cpus << " CPUs, " << rec.gpu_ids.size()
                    << " GPUs)";
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    book_recovered_locked();
-  }
   cv_.notify_all();
   resp.reply(wire::control::RegisterAgentReply{*index}.to_value());
-  announce_freed();
+  announce_freed();  // its resources, and any a departed worker held
 }
 
 void Head::serve_driver_request(wire::Request&& r, const transport::Responder& resp,
@@ -248,9 +249,10 @@ void Head::serve_driver_request(wire::Request&& r, const transport::Responder& r
       for (const auto& h : hosts()) {
         control::HostEntry e;
         e.index = static_cast<int64_t>(out.size());
-        e.host = control::RegisterAgent{h.host_name,  h.address,       h.num_cpus,     h.gpu_ids,
-                                        h.labels,     h.unix_endpoint, h.tcp_endpoint, h.agent_pid,
-                                        h.machine_id, h.memory_bytes,  h.network_id};
+        e.host = control::RegisterAgent{
+            h.host_name,     h.address,      h.num_cpus,  h.gpu_ids,    h.labels,
+            h.unix_endpoint, h.tcp_endpoint, h.agent_pid, h.machine_id, h.memory_bytes,
+            h.network_id,    std::nullopt};  // the workers: not listed
         e.alive = h.alive;
         e.registered = h.registered;
         out.push_back(std::move(e));

@@ -127,12 +127,14 @@ class Head {
   // Every reserved placement group: its id and where its bundles are, e.g. "node-a: 2 bundles
   // (GPUs 0 1)", hosts separated by "; ".
   std::vector<std::pair<std::string, std::string>> placement_groups() const;
-  // Records every booking from now on in the journal at `path` (head/journal.h), and books again
-  // what it holds from an earlier head on the same directory as the hosts of each register
-  // (before any new reservation can take their resources). A booking not tied to a worker that
-  // no driver books again (restore, as a reconnecting driver does) within `grace` of being
-  // booked again is released. Call it before any agent registers. Throws Error when the file
-  // cannot be opened.
+  // Records every booking and named-worker record from now on in the journal at `path`
+  // (head/journal.h), and books again what it holds from an earlier head on the same directory as
+  // the hosts of each register (before any new reservation can take their resources). A booking
+  // not tied to a worker that no driver books again (restore, as a reconnecting driver does)
+  // within `grace` of being booked again is released. The named records it holds are the
+  // registry's at once, held by no driver connection (a record that names no started worker is
+  // dropped); one of a worker its host's agent does not list as it registers again goes then.
+  // Call it before any agent registers. Throws Error when the file cannot be opened.
   void set_journal(const std::string& path, std::chrono::milliseconds grace);
   // Serves "status" requests (from `troupe status`) with what `provider` returns; it runs on one
   // thread of the head's, never on the I/O thread, so it may block. Requests are served one at a
@@ -168,6 +170,13 @@ class Head {
   // Drops the records of workers on `host` (all of them when `worker` is empty). mu_ held.
   void drop_names_on_locked(const std::string& host, const std::string& worker,
                             const std::string& why);
+  // Host `host` registered saying it runs `running`: drops the records and releases the tied
+  // bookings of its other workers (recovered from the journal; they died while no head heard of
+  // it). Returns how many bookings it released. mu_ held.
+  size_t forget_departed_locked(size_t host, const std::vector<std::string>& running);
+  // Records of names_ in the journal (no-ops without one). mu_ held.
+  void journal_name_locked(const wire::control::NamedWorkerRecord& record);
+  void journal_unname_locked(const std::pair<std::string, std::string>& key);
   void on_connection(std::shared_ptr<transport::Connection> connection);
   void serve_status();
   void serve_driver_request(wire::Request&& r, const transport::Responder& resp,

@@ -290,11 +290,26 @@ void Head::set_journal(const std::string& path, std::chrono::milliseconds grace)
   auto journal = std::make_unique<Journal>(path);
   std::lock_guard<std::mutex> lock(mu_);
   recovered_ = journal->recovered();
+  size_t named = 0;
+  for (const auto& [key, record] : journal->recovered_names()) {
+    if (record.worker.empty()) {  // its driver was starting it: it finds the name gone
+      TROUPE_LOG(Info) << "named worker '" << key.second << "' (namespace '" << key.first
+                       << "') of the journal removed: it names no started worker";
+      journal->unname(key.first, key.second);
+      continue;
+    }
+    names_[key] = NamedEntry{record, nullptr};
+    ++named;
+  }
   journal_ = std::move(journal);
   restore_grace_ = grace;
   if (!recovered_.empty())
     TROUPE_LOG(Info) << path << ": " << recovered_.size()
                      << " booking(s) of an earlier head, booked again as their hosts register";
+  if (named)
+    TROUPE_LOG(Info) << path << ": " << named
+                     << " named worker(s) of an earlier head, found by name again (each goes if "
+                        "its host's agent does not list it as it registers)";
   if (!grace_thread_.joinable()) grace_thread_ = std::thread([this] { expire_unclaimed(); });
 }
 

@@ -1,4 +1,6 @@
 // The head's registry of named workers (head.h, wire/head_protocol.h NamedWorkerRecord).
+#include <set>
+
 #include "common/log.h"
 #include "head/head.h"
 #include "wire/head_protocol.h"
@@ -24,6 +26,7 @@ bool Head::serve_names(const wire::Request& r, const transport::Responder& resp,
                                                      "' to update (it was removed)");
       } else {
         names_[key] = NamedEntry{m.record, from.get()};
+        journal_name_locked(m.record);
         reply.registered = true;
       }
     }
@@ -51,6 +54,7 @@ bool Head::serve_names(const wire::Request& r, const transport::Responder& resp,
       std::lock_guard<std::mutex> lock(mu_);
       auto it = names_.find({k.ns, k.name});
       if (it != names_.end() && (!k.worker || it->second.record.worker == *k.worker)) {
+        journal_unname_locked(it->first);
         names_.erase(it);
         removed = true;
       }
@@ -81,6 +85,7 @@ void Head::drop_names_of_locked(const transport::RpcPeer* owner) {
     }
     TROUPE_LOG(Info) << "named worker '" << it->first.second << "' (namespace '" << it->first.first
                      << "') removed: its driver left";
+    journal_unname_locked(it->first);
     it = names_.erase(it);
   }
 }
@@ -95,8 +100,38 @@ void Head::drop_names_on_locked(const std::string& host, const std::string& work
     }
     TROUPE_LOG(Info) << "named worker '" << it->first.second << "' (namespace '" << it->first.first
                      << "') removed: " << why;
+    journal_unname_locked(it->first);
     it = names_.erase(it);
   }
+}
+
+size_t Head::forget_departed_locked(size_t host, const std::vector<std::string>& running) {
+  const std::set<std::string> alive(running.begin(), running.end());
+  const std::string& host_name = hosts_[host].host_name;
+  std::set<std::string> departed;
+  for (const auto& [key, entry] : names_)
+    if (entry.record.host == host_name && !entry.record.worker.empty() &&
+        !alive.count(entry.record.worker))
+      departed.insert(entry.record.worker);
+  for (const auto& [key, groups] : tied_)
+    if (key.first == host && !alive.count(key.second)) departed.insert(key.second);
+  size_t freed = 0;
+  for (const auto& worker : departed) {
+    TROUPE_LOG(Warning) << "worker " << worker << " on " << host_name
+                        << " is not running (its agent registered again without it: it exited "
+                           "while no head heard of it): what the journal held of it goes";
+    drop_names_on_locked(host_name, worker, "its worker " + worker + " is not running");
+    freed += release_tied_locked(host, worker);
+  }
+  return freed;
+}
+
+void Head::journal_name_locked(const control::NamedWorkerRecord& record) {
+  if (journal_) journal_->name(record);
+}
+
+void Head::journal_unname_locked(const std::pair<std::string, std::string>& key) {
+  if (journal_) journal_->unname(key.first, key.second);
 }
 
 std::vector<control::NamedWorkerRecord> Head::named_workers() const {

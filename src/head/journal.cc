@@ -54,6 +54,50 @@ Journal::Booking from_json(const json& j) {
   return b;
 }
 
+// `info` is opaque bytes (not always UTF-8, which JSON strings must be): hex.
+std::string to_hex(const std::string& bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+std::string from_hex(const std::string& hex) {
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    throw std::runtime_error("info_hex holds a character that is not a hex digit");
+  };
+  if (hex.size() % 2) throw std::runtime_error("info_hex has an odd number of digits");
+  std::string out(hex.size() / 2, '\0');
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i] = static_cast<char>(digit(hex[2 * i]) << 4 | digit(hex[2 * i + 1]));
+  return out;
+}
+
+json name_to_json(const wire::control::NamedWorkerRecord& r) {
+  return json{{"op", "name"},           {"ns", r.ns},     {"name", r.name},
+              {"detached", r.detached}, {"host", r.host}, {"worker", r.worker},
+              {"tcp", r.tcp_endpoint},  {"pid", r.pid},   {"info_hex", to_hex(r.info)}};
+}
+
+wire::control::NamedWorkerRecord name_from_json(const json& j) {
+  wire::control::NamedWorkerRecord r;
+  r.ns = j.at("ns").get<std::string>();
+  r.name = j.at("name").get<std::string>();
+  r.detached = j.at("detached").get<bool>();
+  r.host = j.at("host").get<std::string>();
+  r.worker = j.at("worker").get<std::string>();
+  r.tcp_endpoint = j.at("tcp").get<std::string>();
+  r.pid = j.at("pid").get<int64_t>();
+  r.info = from_hex(j.at("info_hex").get<std::string>());
+  return r;
+}
+
 }  // namespace
 
 Journal::Journal(std::string path) : path_(std::move(path)) {
@@ -66,6 +110,16 @@ Journal::Journal(std::string path) : path_(std::move(path)) {
     try {
       json j = json::parse(line);
       const std::string op = j.at("op").get<std::string>();
+      if (op == "name") {
+        auto r = name_from_json(j);
+        NameKey key{r.ns, r.name};
+        recovered_names_[key] = std::move(r);
+        continue;
+      }
+      if (op == "unname") {
+        recovered_names_.erase({j.at("ns").get<std::string>(), j.at("name").get<std::string>()});
+        continue;
+      }
       const std::string id = j.at("id").get<std::string>();
       if (op == "book") {
         recovered_[id] = from_json(j);
@@ -83,6 +137,7 @@ Journal::Journal(std::string path) : path_(std::move(path)) {
     }
   }
   live_ = recovered_;
+  live_names_ = recovered_names_;
   rewrite();
 }
 
@@ -108,8 +163,18 @@ void Journal::free(const std::string& id) {
   append(json{{"op", "free"}, {"id", id}}.dump());
 }
 
+void Journal::name(const wire::control::NamedWorkerRecord& record) {
+  live_names_[{record.ns, record.name}] = record;
+  append(name_to_json(record).dump());
+}
+
+void Journal::unname(const std::string& ns, const std::string& name) {
+  if (live_names_.erase({ns, name}) == 0) return;
+  append(json{{"op", "unname"}, {"ns", ns}, {"name", name}}.dump());
+}
+
 void Journal::append(const std::string& line) {
-  if (records_ >= 1024 && records_ > 4 * live_.size()) {
+  if (records_ >= 1024 && records_ > 4 * (live_.size() + live_names_.size())) {
     try {
       return rewrite();
     } catch (const Error& e) {
@@ -133,6 +198,10 @@ void Journal::rewrite() {
     std::string line = to_json(id, b).dump() + "\n";
     std::fwrite(line.data(), 1, line.size(), f);
   }
+  for (const auto& [key, r] : live_names_) {
+    std::string line = name_to_json(r).dump() + "\n";
+    std::fwrite(line.data(), 1, line.size(), f);
+  }
   bool ok = std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
   std::fclose(f);
   if (!ok || std::rename(tmp.c_str(), path_.c_str()) != 0)
@@ -143,7 +212,7 @@ void Journal::rewrite() {
   if (!file_)
     throw Error(ErrorCode::kInvalidArgument,
                 "cannot open the head's journal " + path_ + ": " + std::strerror(errno));
-  records_ = live_.size();
+  records_ = live_.size() + live_names_.size();
 }
 
 }  // namespace troupe::head

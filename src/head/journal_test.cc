@@ -85,6 +85,42 @@ TEST(Journal, ReadsBackWhatWasBookedTiedAndFreed) {
   EXPECT_EQ(lines_of(path), 2u);  // rewritten with the live bookings only
 }
 
+control::NamedWorkerRecord named(const std::string& name, const std::string& worker,
+                                 bool detached) {
+  return control::NamedWorkerRecord{"ns",     name,
+                                    detached, "node-a",
+                                    worker,   "tcp:127.0.0.9:7000",
+                                    4242,     std::string("info\0\xff\x01", 7)};
+}
+
+TEST(Journal, ReadsBackNamedRecordsAsLastWritten) {
+  JournalDir dir;
+  const std::string path = dir.path() + "/head.journal";
+  {
+    Journal j(path);
+    EXPECT_TRUE(j.recovered_names().empty());
+    j.name(named("kept", "", true));
+    j.name(named("kept", "d.w0", true));  // filled in once started: replaces it
+    j.name(named("gone", "d.w1", false));
+    j.unname("ns", "gone");
+    j.unname("ns", "never-named");  // nothing to record
+    j.book("a", two_gpus_on("node-a"));
+  }
+  EXPECT_EQ(lines_of(path), 5u);
+  {
+    std::ofstream torn(path, std::ios::app);
+    torn << R"({"op":"name","ns":"ns","name":"torn","deta)";
+  }
+  Journal again(path);
+  ASSERT_EQ(again.recovered_names().size(), 1u);
+  // Every field as written, the opaque info's bytes (not UTF-8) too.
+  EXPECT_EQ(again.recovered_names().at({"ns", "kept"}), named("kept", "d.w0", true));
+  EXPECT_EQ(again.recovered().size(), 1u);
+  EXPECT_EQ(lines_of(path), 2u);  // rewritten with the live booking and name only
+  Journal third(path);
+  EXPECT_EQ(third.recovered_names().at({"ns", "kept"}).info, std::string("info\0\xff\x01", 7));
+}
+
 TEST(Journal, IsCompactedWhenMostOfItIsFreedRecords) {
   JournalDir dir;
   const std::string path = dir.path() + "/head.journal";
@@ -107,8 +143,10 @@ class RestartedHead : public ::testing::Test {
     peers_.push_back(peer);
     return peer;
   }
-  void register_host(Head& head, const std::string& name) {
+  void register_host(Head& head, const std::string& name,
+                     std::optional<std::vector<std::string>> workers = std::nullopt) {
     control::RegisterAgent reg;
+    reg.workers = std::move(workers);
     reg.host_name = name;
     reg.address = "127.0.0.9";
     reg.num_cpus = 4;
@@ -196,6 +234,67 @@ TEST_F(RestartedHead, BooksAgainWhatWasBookedAndReleasesWhatNoDriverClaims) {
       },
       5000ms))
       << "the unclaimed group was not released after the grace";
+  close_all(second);
+}
+
+Value lookup(const std::shared_ptr<transport::RpcPeer>& peer, const std::string& name) {
+  return peer->call(control::NameKey::kLookup, control::NameKey{"ns", name, std::nullopt}.to_map())
+      .get(5000ms);
+}
+
+// The named records of a head killed with -9 (its journal as that head left it) are the next
+// head's registry at once; as the host's agent registers, listing the workers it runs, the
+// records and tied bookings of the workers it does not list go, the others stay, and nothing
+// else can take their names.
+TEST_F(RestartedHead, FindsNamedWorkersAgainAndForgetsThoseThatDiedMeanwhile) {
+  const std::string journal = dir_.path() + "/head.journal";
+  {
+    Journal j(journal);
+    j.name(named("alive", "d.w0", true));
+    j.name(named("plain", "d.w1", false));
+    j.name(named("died", "d.w2", true));
+    j.name(named("starting", "", false));  // its driver was starting it
+    Journal::Booking b;
+    b.bundles = {BundleRequest{1, 0, 0, {}, {}}};
+    b.hosts = {"node-a"};
+    b.placements = {BundlePlacement{0, {}, 0}};
+    j.book("of-alive", b);
+    j.tie("of-alive", "node-a", "d.w0");
+    j.book("of-died", b);
+    j.tie("of-died", "node-a", "d.w2");
+  }
+  Head second(loop_.context(), "tcp:127.0.0.1:0", kJournalToken);
+  second.set_journal(journal, 60000ms);
+  auto driver = connect(second);
+  // Before its host registers: found by name (the worker is not known dead yet).
+  EXPECT_FALSE(lookup(driver, "alive").is_nil());
+  EXPECT_FALSE(lookup(driver, "died").is_nil());
+  EXPECT_TRUE(lookup(driver, "starting").is_nil());
+  // Another driver cannot take a recovered name.
+  control::NameRegister steal{named("alive", "d.other", false), false};
+  auto reply = control::NameRegisterReply::from(
+      driver->call(control::NameRegister::kMethod, steal.to_map()).get(5000ms));
+  EXPECT_FALSE(reply.registered);
+  EXPECT_EQ(reply.existing.worker, "d.w0");
+
+  register_host(second, "node-a", std::vector<std::string>{"d.w0", "d.w1", "d.unnamed"});
+  EXPECT_EQ(control::NamedWorkerRecord::from(lookup(driver, "alive")),
+            named("alive", "d.w0", true));
+  EXPECT_FALSE(lookup(driver, "plain").is_nil());
+  EXPECT_TRUE(lookup(driver, "died").is_nil());
+  EXPECT_EQ(groups_of(second), (std::set<std::string>{"of-alive"}));
+  std::set<std::string> listed;
+  for (const auto& e : second.name_list()) {
+    listed.insert(e.record.name);
+    EXPECT_EQ(e.owner, "");  // held by no driver connection
+  }
+  EXPECT_EQ(listed, (std::set<std::string>{"alive", "plain"}));
+  // What the journal says now (read from a copy: opening it rewrites it): the two names.
+  std::filesystem::copy_file(journal, journal + ".copy");
+  Journal after(journal + ".copy");
+  EXPECT_EQ(after.recovered_names().size(), 2u);
+  EXPECT_EQ(after.recovered_names().count({"ns", "died"}), 0u);
+  EXPECT_EQ(after.recovered().size(), 1u);
   close_all(second);
 }
 

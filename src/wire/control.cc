@@ -193,17 +193,19 @@ WorkerExited WorkerExited::from(const Value& value) {
 }
 
 Map RegisterAgent::to_map() const {
-  return Map{{"host_name", host_name},
-             {"address", address},
-             {"num_cpus", num_cpus},
-             {"gpu_ids", troupe::to_value(gpu_ids)},
-             {"labels", troupe::to_value(labels)},
-             {"unix", unix_endpoint},
-             {"tcp", tcp_endpoint},
-             {"pid", pid},
-             {"machine_id", machine_id},
-             {"memory_bytes", memory_bytes},
-             {"network_id", network_id}};
+  Map m{{"host_name", host_name},
+        {"address", address},
+        {"num_cpus", num_cpus},
+        {"gpu_ids", troupe::to_value(gpu_ids)},
+        {"labels", troupe::to_value(labels)},
+        {"unix", unix_endpoint},
+        {"tcp", tcp_endpoint},
+        {"pid", pid},
+        {"machine_id", machine_id},
+        {"memory_bytes", memory_bytes},
+        {"network_id", network_id}};
+  if (workers) m.emplace_back("workers", troupe::to_value(*workers));
+  return m;
 }
 
 RegisterAgent RegisterAgent::from(const Value& kwargs) {
@@ -220,6 +222,7 @@ RegisterAgent RegisterAgent::from(const Value& kwargs) {
   m.machine_id = f.optional<std::string>("machine_id", "");
   m.memory_bytes = f.optional<int64_t>("memory_bytes", 0);
   m.network_id = f.optional<std::string>("network_id", "");
+  m.workers = f.optional<std::optional<std::vector<std::string>>>("workers", std::nullopt);
   return m;
 }
 

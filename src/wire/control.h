@@ -343,6 +343,10 @@ struct RegisterAgent {
   std::string machine_id;
   int64_t memory_bytes = 0;
   std::string network_id;  // env::network_id(): equal for processes that share Unix sockets
+  // The names of the workers the agent runs as it registers (absent: not said). A head started
+  // again on its journal forgets what it recovered of a worker on this host that is not listed
+  // (it died while no head heard of it): its named record and the bookings tied to it.
+  std::optional<std::vector<std::string>> workers;
 
   bool operator==(const RegisterAgent&) const = default;
   Map to_map() const;

@@ -54,6 +54,11 @@ TEST(ControlMessages, AgentRequestsRoundTrip) {
   reg.machine_id = "boot-1";
   reg.memory_bytes = int64_t{1} << 34;
   EXPECT_EQ(RegisterAgent::from(through_request(reg)), reg);
+  EXPECT_FALSE(RegisterAgent::from(through_request(reg)).workers.has_value());  // not said
+  reg.workers = std::vector<std::string>{};                                     // said: none
+  EXPECT_EQ(RegisterAgent::from(through_request(reg)), reg);
+  reg.workers = std::vector<std::string>{"d.w0", "d.w1"};
+  EXPECT_EQ(RegisterAgent::from(through_request(reg)), reg);
 }
 
 TEST(ControlMessages, RepliesAndEventsRoundTrip) {

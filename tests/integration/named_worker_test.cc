@@ -5,6 +5,10 @@
 //   state); its record in the head's registry stays; another driver looks it up, attaches
 //   (no constructor), calls it and stops it through its agent; the record then goes.
 // - A worker that is not detached, and its record, go with their driver.
+// - After kill -9 of the head, the head started again on its directory finds every named worker
+//   again (its journal), forgets the one that died while no head ran, and a name still goes
+//   with its worker.
+#include <signal.h>
 #include <unistd.h>
 
 #include <optional>
@@ -155,6 +159,60 @@ TEST_F(NamedWorkers, ShutdownOfAnAttachingDriverLeavesTheWorkerRunning) {
   pid_t pid = shared.pid();
   shared.stop();
   EXPECT_TRUE(wait_gone(pid, kDeadline));
+}
+
+TEST_F(NamedWorkers, NamesOutliveAHeadKilledWithMinus9ButNotTheirWorkers) {
+  Cluster first(driver());
+  auto kept_opts = calculator("kept"), doomed_opts = calculator("doomed");
+  kept_opts.detached = doomed_opts.detached = true;
+  Worker kept = first.start_worker(kept_opts);
+  Worker doomed = first.start_worker(doomed_opts);
+  Worker plain = first.start_worker(calculator("plain"));
+  for (Worker* w : {&kept, &doomed, &plain}) w->ready().get(kDeadline);
+  kept.call<void>("record", {{"i", 7}}).get(kDeadline);
+  EXPECT_FALSE(first.register_name(record_of(kept, "kept", true)).has_value());
+  EXPECT_FALSE(first.register_name(record_of(doomed, "doomed", true)).has_value());
+  EXPECT_FALSE(first.register_name(record_of(plain, "plain", false)).has_value());
+  const pid_t kept_pid = kept.pid(), doomed_pid = doomed.pid(), plain_pid = plain.pid();
+
+  // From here the head hears nothing: stopped, then one worker dies, then it is killed.
+  ASSERT_TRUE(cluster_.stop_head());
+  ::kill(doomed_pid, SIGKILL);
+  ASSERT_TRUE(wait_gone(doomed_pid, kDeadline));
+  ASSERT_TRUE(cluster_.kill_and_restart_head());
+  // The agent registers again listing its workers: the head forgets the dead one, saying so.
+  EXPECT_EQ(cluster_.wait_for_head_line("worker (\\S+) on named-a is not running"),
+            doomed.agent_name());
+
+  Cluster second(driver());
+  auto found = second.lookup_name("ns", "kept");
+  ASSERT_TRUE(found.has_value()) << read_file(cluster_.dir() + "/head.log");
+  const NamedWorker registered = record_of(kept, "kept", true);  // every field as registered
+  EXPECT_TRUE(found->detached);
+  EXPECT_EQ(found->host, registered.host);
+  EXPECT_EQ(found->worker, registered.worker);
+  EXPECT_EQ(found->tcp_endpoint, registered.tcp_endpoint);
+  EXPECT_EQ(found->pid, kept_pid);
+  EXPECT_EQ(found->info, "Calculator");
+  EXPECT_FALSE(second.lookup_name("ns", "doomed").has_value());
+  auto plain_found = second.lookup_name("ns", "plain");  // its driver and worker live on
+  ASSERT_TRUE(plain_found.has_value());
+  EXPECT_EQ(plain_found->pid, plain_pid);
+  // The name is still taken: a claim gets the holder's record, nothing is registered twice.
+  auto taken = second.register_name(record_of(plain, "kept", true));
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->pid, kept_pid);
+  Worker attached = second.attach_worker(*found, "Calculator");
+  attached.ready().get(kDeadline);
+  EXPECT_EQ(attached.call<std::vector<int>>("history").get(kDeadline), std::vector<int>{7});
+
+  // A name still goes with its worker: the plain one's, as its driver leaves.
+  first.shutdown();
+  EXPECT_TRUE(wait_gone(plain_pid, kDeadline));
+  EXPECT_TRUE(eventually([&] { return !second.lookup_name("ns", "plain").has_value(); }, kDeadline))
+      << "the plain worker's record outlived it";
+  attached.stop();
+  EXPECT_TRUE(wait_gone(kept_pid, kDeadline));
 }
 
 }  // namespace

@@ -7,9 +7,6 @@
 //   its journal what was booked, and releases what no driver books again within its grace;
 // - without wait_for_resources, a virtual cluster that does not fit fails at once, and one that
 //   waits gives up at its creation_timeout, saying so.
-#include <signal.h>
-
-#include <filesystem>
 #include <future>
 #include <optional>
 #include <string>
@@ -28,20 +25,6 @@ using troupe::ClusterOptions;
 using troupe::VirtualCluster;
 using troupe::VirtualClusterOptions;
 using namespace std::chrono_literals;
-
-// Whether every thread of `pid` is stopped (state T in /proc/PID/task/TID/stat).
-bool all_threads_stopped(pid_t pid) {
-  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
-  size_t threads = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    std::string stat = read_file(entry.path().string() + "/stat");
-    auto close = stat.rfind(')');
-    if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'T')
-      return false;
-    ++threads;
-  }
-  return threads > 0;
-}
 
 class SharedBook : public testing::Test {
  protected:
@@ -178,8 +161,7 @@ TEST_F(SharedBook, ARestartedHeadReleasesWhatNoDriverBooksAgain) {
   });
   ASSERT_FALSE(status_once_waiting("virtual cluster second").empty());
   // The head hears nothing of the first driver's exit: stopped (every thread of it) first.
-  ::kill(cluster_.head(), SIGSTOP);
-  ASSERT_TRUE(eventually([&] { return all_threads_stopped(cluster_.head()); }, kDeadline));
+  ASSERT_TRUE(cluster_.stop_head());
   held.reset();
   first->shutdown();
   ASSERT_TRUE(cluster_.kill_and_restart_head({"--restore-grace-ms", "3000"}));

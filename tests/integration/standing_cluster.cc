@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <regex>
 
 #include "integration/failure_classes.h"
@@ -81,6 +82,31 @@ std::string StandingCluster::wait_for_head_line(const std::string& pattern) cons
     return m[1];
   ADD_FAILURE() << "no /" << pattern << "/ in the head's log:\n" << text;
   return {};
+}
+
+namespace {
+
+// Whether every thread of `pid` is stopped (state T in /proc/PID/task/TID/stat).
+bool all_threads_stopped(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  size_t threads = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::string stat = read_file(entry.path().string() + "/stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'T')
+      return false;
+    ++threads;
+  }
+  return threads > 0;
+}
+
+}  // namespace
+
+bool StandingCluster::stop_head() {
+  ::kill(head_, SIGSTOP);
+  bool stopped = eventually([&] { return all_threads_stopped(head_); }, kDeadline);
+  if (!stopped) ADD_FAILURE() << "the head (pid " << head_ << ") did not stop";
+  return stopped;
 }
 
 bool StandingCluster::kill_and_restart_head(const std::vector<std::string>& extra) {

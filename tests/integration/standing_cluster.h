@@ -45,6 +45,9 @@ class StandingCluster {
   // `troupe status` shows every one up (a test failure and false when it does not in time).
   bool start_agents(const std::vector<StandingHost>& hosts,
                     const std::vector<std::string>& extra = {});
+  // Stops the head with SIGSTOP; true once every thread of it is stopped, so that it hears
+  // nothing from then on (a test failure and false when they are not within the deadline).
+  bool stop_head();
   // Kills the head with SIGKILL (it says goodbye to no one), reaps it, and starts a new one on the
   // same address with `extra` options, its log in head.log anew; true once it listens (agents and
   // drivers reconnect to it by themselves).
