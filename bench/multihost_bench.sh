@@ -7,6 +7,7 @@
 #   bench/multihost_bench.sh [BUILD_DIR]     # default build-bench (bench/run_all.sh builds it)
 #   MH_DATA_BYTES=256M bench/multihost_bench.sh   # data-plane size (default 1G: 8 GiB of worker
 #                                                 # memory while it runs)
+#   MH_PLACEMENT_MS=5000 bench/multihost_bench.sh  # how long the placement row runs (default 1 s)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-bench}
@@ -74,7 +75,7 @@ netns exec tr-h1 env TROUPE_ADDRESS=$head_address ECHO_ADDR=10.77.0.3:17000 \
   CUT_CMD="ip netns exec tr-h3 nft -f $work/cut.nft" \
   RESTORE_CMD="ip netns exec tr-h3 nft delete table inet troupe_cut" \
   NET_BYTES_CMD="nsenter --net=/proc/$$/ns/net cat $net_counters" \
-  MH_DATA_BYTES="${MH_DATA_BYTES:-1G}" "$bench"
+  MH_DATA_BYTES="${MH_DATA_BYTES:-1G}" MH_PLACEMENT_MS="${MH_PLACEMENT_MS:-1000}" "$bench"
 rc=$?
 if ((rc != 0)); then
   for f in head node-a node-b; do echo "--- $f.log (last lines)"; tail -n 20 "$work/$f.log"; done

@@ -120,7 +120,10 @@ class VirtualCluster {
   // reserved on that host. Throws Error(kInvalidArgument) for an index out of range.
   std::vector<AddressAndPort> get_available_addresses_and_ports_batch(
       const std::vector<std::pair<size_t, size_t>>& bundles);
-  // Releases every reservation and port (VC-3). Idempotent; thread-safe.
+  // Releases every reservation and port (VC-3). Idempotent; thread-safe. A standing head's
+  // releases are sent without waiting for its answers (as Ray's remove_placement_group): what
+  // this driver asks the head afterwards is served after them; another driver sees the
+  // resources free a moment later (a failure to release is logged as a warning).
   void shutdown();
   bool is_shut_down() const;
 

@@ -75,7 +75,9 @@ class ClusterImpl {
   // The driver's environment as workers inherit it: without launcher variables (SLURM_*, PMI_*,
   // ...) and troupe's own TROUPE_* variables. Thread-safe (reads environ).
   static std::map<std::string, std::string> inheritable_environment();
-  std::vector<HostInfo> hosts() const;
+  // The hosts; with `refresh` false, as last listed (no round trip to the head: a host that
+  // joined or left since may be missing or stale).
+  std::vector<HostInfo> hosts(bool refresh = true) const;
   const std::string& session_dir() const { return session_dir_; }
   // The driver's metrics (ClusterOptions::metrics_port); null when off.
   DriverMetrics* metrics() const { return metrics_.get(); }

@@ -92,11 +92,13 @@ Value ClusterImpl::status() const {
       {"session", session_dir_}, {"hosts", std::move(hosts)}, {"workers", std::move(workers)}};
 }
 
-std::vector<HostInfo> ClusterImpl::hosts() const {
-  try {
-    backend_->refresh_hosts();
-  } catch (const Error& e) {
-    TROUPE_LOG(Warning) << "the host list may be stale: " << e.message();
+std::vector<HostInfo> ClusterImpl::hosts(bool refresh) const {
+  if (refresh) {
+    try {
+      backend_->refresh_hosts();
+    } catch (const Error& e) {
+      TROUPE_LOG(Warning) << "the host list may be stale: " << e.message();
+    }
   }
   std::vector<HostInfo> out;
   std::lock_guard<std::mutex> lock(hosts_mu_);

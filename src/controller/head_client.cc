@@ -66,6 +66,14 @@ head::HostRecord to_record(const control::HostEntry& e) {
 
 }  // namespace
 
+void HeadClient::release_unawaited(const std::string& group_id) {
+  try {
+    release(group_id);
+  } catch (const Error& e) {
+    TROUPE_LOG(Warning) << "cannot release placement group " << group_id << ": " << e.message();
+  }
+}
+
 Value HeadClient::ask_names(const char* method, const Map&) {
   throw Error(ErrorCode::kInvalidArgument,
               std::string(method) +
@@ -239,6 +247,26 @@ bool RemoteHeadClient::release(const std::string& group_id) {
     held_.erase(group_id);  // not booked again, also when the head is gone now
   }
   return ask(control::Release::kMethod, control::Release{group_id}.to_map()).as<bool>();
+}
+
+void RemoteHeadClient::release_unawaited(const std::string& group_id) {
+  std::shared_ptr<transport::RpcPeer> peer;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.erase(group_id);  // not booked again, also when the head is gone now
+    peer = peer_;
+  }
+  auto warn = [address = address_, group_id](const std::string& why) {
+    TROUPE_LOG(Warning) << "placement group " << group_id << " may not be released by the head at "
+                        << address << " (" << why << ")";
+  };
+  if (peer->closed())
+    return warn("the connection is closed: the head releases the bookings of a driver that left");
+  peer->call(control::Release::kMethod, control::Release{group_id}.to_map(),
+             std::string("head request '") + control::Release::kMethod + "'")
+      .then([warn](const Future<Value>& f) {
+        if (auto e = f.error()) warn(e->message());
+      });
 }
 
 std::vector<std::string> RemoteHeadClient::describe_free() {

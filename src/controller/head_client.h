@@ -52,6 +52,11 @@ class HeadClient {
   virtual void tie_booking(const std::string& group_id, size_t host, const std::string& worker) = 0;
   // Frees a reservation; idempotent. Throws Error when the head cannot be reached.
   virtual bool release(const std::string& group_id) = 0;
+  // Frees a reservation without waiting for the head's answer (as Ray's
+  // remove_placement_group): every request this client sends afterwards is served after it (one
+  // connection, served in order); a failure is logged as a warning. Never throws. The default
+  // calls release().
+  virtual void release_unawaited(const std::string& group_id);
   // Free resources of every host, one line each.
   virtual std::vector<std::string> describe_free() = 0;
   // One request of the head's registry of named workers (name_register, name_lookup,
@@ -98,6 +103,7 @@ class RemoteHeadClient : public HeadClient {
   std::vector<wire::control::HostResources> resources() override;
   void tie_booking(const std::string& group_id, size_t host, const std::string& worker) override;
   bool release(const std::string& group_id) override;
+  void release_unawaited(const std::string& group_id) override;
   std::vector<std::string> describe_free() override;
   Value ask_names(const char* method, const Map& kwargs) override { return ask(method, kwargs); }
 

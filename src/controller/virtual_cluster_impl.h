@@ -162,14 +162,7 @@ class VirtualClusterImpl {
     shut_down_ = true;
     std::vector<std::string> ids = replacement_groups_;
     for (const auto& g : groups_) ids.push_back(g.id);
-    for (const auto& id : ids) {
-      try {
-        Access::impl(runtime_).head_client().release(id);
-      } catch (const Error& e) {
-        TROUPE_LOG(Warning) << "virtual cluster " << id_ << ": cannot release " << id << ": "
-                            << e.message();
-      }
-    }
+    for (const auto& id : ids) Access::impl(runtime_).head_client().release_unawaited(id);
     for (size_t host : ports_hosts_) {
       if (auto agent = Access::impl(runtime_).connected_agent(host))
         agent->release_ports(wire::control::ReleasePorts{id_})
@@ -234,7 +227,9 @@ class VirtualClusterImpl {
       }
     }
     auto& head = Access::impl(runtime_).head_client();
-    auto hosts = runtime_.hosts();
+    // The hosts as last listed: listed again only when a bundle went to one not known alive.
+    auto hosts = Access::impl(runtime_).hosts(false);
+    if (hosts.empty()) hosts = runtime_.hosts();
     std::vector<PlacementGroup> groups;
     try {
       for (size_t i = 0; i < wanted.size(); ++i) {
@@ -243,6 +238,11 @@ class VirtualClusterImpl {
                 ? head.reserve(wanted[i].first, wanted[i].second, to_head(strategies[i]),
                                std::nullopt, waiting_as())
                 : reserve_node_group(head, wanted[i].first, wanted[i].second, groups, hosts.size());
+        for (const auto& p : placed)
+          if (p.host >= hosts.size() || !hosts[p.host].alive) {
+            hosts = runtime_.hosts();
+            break;
+          }
         PlacementGroup g;
         g.id = wanted[i].first;
         g.strategy = strategies[i];
