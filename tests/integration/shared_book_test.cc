@@ -2,7 +2,8 @@
 // loopback, --block, children of the test) compete for its GPUs through the head's one book:
 // - the second driver's virtual cluster that waits for resources is listed by `troupe status`
 //   as waiting, with the reason, and is placed on the GPUs once the first driver releases them;
-// - a driver's exit frees its bookings for the other;
+// - a driver's exit frees its bookings for the other; what a driver asks after a shutdown (whose
+//   releases it does not await) is served after them;
 // - a waiting driver waits on through a kill -9 and restart of the head, which books again from
 //   its journal what was booked, and releases what no driver books again within its grace;
 // - without wait_for_resources, a virtual cluster that does not fit fails at once, and one that
@@ -15,6 +16,7 @@
 #include "integration/failure_classes.h"
 #include "integration/standing_cluster.h"
 #include "test_util.h"
+#include "troupe/resources.h"
 #include "troupe/troupe.h"
 
 namespace troupe_failure {
@@ -105,6 +107,19 @@ TEST_F(SharedBook, SecondDriverWaitsForTheFirstsGpusThenGetsThem) {
   auto placed = waiter.get();
   EXPECT_EQ(gpus_of(*placed), (std::vector<int>{0, 1}));
   EXPECT_EQ(cluster_.status().output.find("waiting for resources:"), std::string::npos);
+}
+
+// shutdown() does not wait for the head's answer to its releases, but what the driver asks next
+// is served after them: the GPUs are free at once for it.
+TEST_F(SharedBook, WhatADriverAsksAfterAShutdownIsServedAfterItsReleases) {
+  Cluster c(driver());
+  for (int i = 0; i < 20; ++i) {
+    VirtualCluster vc(c, both_gpus("again-" + std::to_string(i), false));  // fails if not free
+    EXPECT_EQ(gpus_of(vc), (std::vector<int>{0, 1}));
+    vc.shutdown();
+    auto host = troupe::host_resources(c).at(0);
+    EXPECT_EQ(host.gpus_free, (std::vector<double>{1, 1})) << "after shutdown " << i;
+  }
 }
 
 TEST_F(SharedBook, ADriversExitFreesItsGpusForTheWaitingOne) {
