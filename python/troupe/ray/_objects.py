@@ -21,6 +21,23 @@ from troupe.ray._cells import new_id
 
 STORE_THRESHOLD = 1 << 20  # ray.put values from this many pickled bytes go to the store
 
+# A worker's refs have no cell: future() asks the driver for the value on a thread of this pool
+# (made at the first use, so that a worker forked from the fork server starts with one thread).
+_MAX_FETCH_THREADS = 16
+_fetch_pool = None
+_fetch_pool_lock = threading.Lock()
+
+
+def _fetch_in_background(ref):
+    """A concurrent.futures.Future of a worker's ref: ray.get of it (by the driver) on a thread
+    of the fetch pool, so that an awaiting event loop is not blocked."""
+    global _fetch_pool
+    with _fetch_pool_lock:
+        if _fetch_pool is None:
+            _fetch_pool = concurrent.futures.ThreadPoolExecutor(
+                _MAX_FETCH_THREADS, thread_name_prefix="troupe-ray-fetch")
+    return _fetch_pool.submit(lambda: _current.api().get([ref], None)[0])
+
 
 class StoredValue:
     """A ray.put value written once into the object store of the driver's host (troupe's
@@ -101,6 +118,8 @@ class ObjectRef:
 
     def future(self):
         """A concurrent.futures.Future of the value."""
+        if self._cell is None:  # a worker's ref: the driver has the value
+            return _fetch_in_background(self)
         out = concurrent.futures.Future()
 
         def done():

@@ -1,4 +1,3 @@
-# xfail: awaiting an ObjectRef passed into an async actor fails (its _cell is None in the worker)
 import asyncio
 
 import ray
