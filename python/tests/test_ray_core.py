@@ -185,8 +185,6 @@ def test_unsupported_features_fail_at_once_naming_them(cluster):
         w.Counter.options(runtime_env={"pip": ["x"]}).remote()
     with pytest.raises(ValueError, match="frobnicate"):  # as Ray: at once
         w.square.options(frobnicate=1)
-    with pytest.raises(rex.NotSupportedError, match="max_task_retries"):  # at .remote()
-        w.Counter.options(max_task_retries=3).remote()
     with pytest.raises(TypeError, match="remote"):
         w.square(1)
     with pytest.raises(ValueError, match="num_gpus"):

@@ -29,7 +29,6 @@ REFUSED_ACTOR = {
     "runtime_env={'conda': 'env'}": "conda",
     "runtime_env={'container': {'image': 'x'}}": "container",
     "runtime_env={'working_dir': 's3://bucket/dir.zip'}": "working_dir",
-    "max_task_retries=2": "max_task_retries",
 }
 REFUSED_TASK = {
     "accelerator_type='A100'": "accelerator_type",

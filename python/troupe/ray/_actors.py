@@ -1,8 +1,11 @@
 """The driver's state of one Ray actor: its troupe worker, its calls in submission order, its
 restarts and its death. Calls made before the actor runs, or with ObjectRef arguments that are
-not ready, wait in a queue drained in order (so calls to one actor run as submitted)."""
+not ready, wait in a queue drained in order (so calls to one actor run as submitted). A call with
+retries (max_task_retries, retry_exceptions) that failed goes back to the front of the queue:
+after its actor's restart when the actor died, at once when it raised a retried exception."""
 
 import collections
+import pickle
 import threading
 
 import troupe
@@ -29,6 +32,43 @@ def resolve_refs(args, kwargs):
 
 # A call's method name carries an explicit concurrency group as "method@group" to the host.
 GROUP_SEPARATOR = "@"
+
+# A call's failure that means its actor's worker died (then it is retried after the restart).
+_DEATHS = (troupe.WorkerDiedError, troupe.ConnectionLostError, troupe.HostLostError,
+           troupe.OutOfMemoryError)
+
+
+class RetriedCall:
+    """A call with retries left (Ray's max_task_retries on actors; -1: no limit): its cell is
+    completed by the attempt that is not retried. Its state is the actor's lock's."""
+
+    def __init__(self, cell, seq, retries, retry_exceptions):
+        self.cell = cell
+        self.seq = seq  # submission order: retries go back in it
+        self.retries_left = retries
+        self.retry_exceptions = retry_exceptions
+        self.dead_worker = None  # the worker its last attempt died with: wait for another
+
+    def wants_retry(self, attempt):
+        """Whether the done troupe.Future `attempt` is retried: the worker died, or it raised an
+        exception that retry_exceptions names."""
+        if self.retries_left == 0:
+            return False
+        try:
+            raw = attempt.result(0)
+        except _DEATHS:
+            return True
+        except troupe.TroupeError:
+            return False
+        if raw[0] != "err" or not self.retry_exceptions:
+            return False
+        if self.retry_exceptions is True:
+            return True
+        try:
+            cause = pickle.loads(raw[1]) if raw[1] is not None else None
+        except Exception:  # noqa: BLE001
+            cause = None
+        return isinstance(cause, tuple(self.retry_exceptions))
 
 
 class ActorState:
@@ -66,6 +106,8 @@ class ActorState:
         self.collecting = False
         self.ending = False
         self.sent = collections.deque()
+        self.calls_submitted = 0  # the seq of RetriedCall
+        self.open_retried = 0  # RetriedCalls not completed: collection waits for them too
 
     # -- errors --------------------------------------------------------------------------
     def error_of(self, e):
@@ -79,9 +121,19 @@ class ActorState:
                                   f"({self.actor_id}) died: {e}")
 
     # -- calls ---------------------------------------------------------------------------
-    def submit(self, method, args, kwargs, num_returns, group=None):
+    def retry_policy(self, retry):
+        """(retries, retry_exceptions) of a call with method options `retry`
+        (_options.method_retry), the actor's max_task_retries where it sets none."""
+        retry = retry or {}
+        retries = retry.get("max_task_retries")
+        if retries is None:
+            retries = int(self.options.get("max_task_retries") or 0)
+        return retries, retry.get("retry_exceptions") or False
+
+    def submit(self, method, args, kwargs, num_returns, group=None, retry=None):
         """The ObjectRef(s) (or ObjectRefGenerator) of a call; never blocks on the actor.
-        `group`: the concurrency group the call runs in (None: the method's own)."""
+        `group`: the concurrency group the call runs in (None: the method's own); `retry`: its
+        retry options (_options.method_retry)."""
         if method not in self.methods:
             raise AttributeError(f"'{self.cls_name}' actor has no method '{method}' "
                                  f"(its methods: {sorted(self.methods)})")
@@ -92,11 +144,13 @@ class ActorState:
                                  f"one of the actor's (its groups: {sorted(groups)})")
         streaming = num_returns == "streaming" or (num_returns is None
                                                    and self.methods[method][0])
+        retries, retry_exceptions = self.retry_policy(retry)
         if group is not None:
             method = f"{method}{GROUP_SEPARATOR}{group}"
-        fast = self._send_now(method, args, kwargs, num_returns, streaming)
-        if fast is not None:
-            return fast
+        if retries == 0 or streaming:
+            fast = self._send_now(method, args, kwargs, num_returns, streaming)
+            if fast is not None:
+                return fast
         with self.lock:
             ready = (self.worker is not None and not self.queue and self.dead is None
                      and not any(not r._done() for r in top_level_refs(args, kwargs)))
@@ -106,8 +160,12 @@ class ActorState:
             else:
                 cell = _cells.Cell(_cells.decode_result, self.error_of)
                 out = _refs(cell, num_returns)
+                if retries != 0 and self.dead is None:
+                    self.calls_submitted += 1
+                    self.open_retried += 1
+                    cell = RetriedCall(cell, self.calls_submitted, retries, retry_exceptions)
             if self.dead is not None:
-                cell.set_error(self.dead)
+                _fail(cell, self.dead)
             elif ready:
                 self._send(method, args, kwargs, cell)
             else:
@@ -132,7 +190,8 @@ class ActorState:
             future, _cells.decode_result, self.error_of))
 
     def _send(self, method, args, kwargs, cell):
-        """Sends one call; `cell` is a _Cell, or a _PendingStream for a streaming call."""
+        """Sends one call (under self.lock); `cell` is a Cell, a PendingStream for a streaming
+        call, or a RetriedCall."""
         try:
             args, kwargs = resolve_refs(args, kwargs)
             # Scalars travel as troupe values; anything else is pickled here (out-of-band
@@ -144,8 +203,10 @@ class ActorState:
             else:
                 a, b = list(args), kwargs
         except Exception as e:  # noqa: BLE001 - a failed argument fails this call
-            cell.set_error(e)
+            _fail(cell, e)
             return
+        if isinstance(cell, RetriedCall):
+            return self._send_attempt(method, args, kwargs, cell, a, b, pickled)
         if not isinstance(cell, _cells.Cell):
             self.escaped = True  # a stream's end is not tracked: never collected
             cell.bind(self.worker.stream("call_stream", method, a, b, pickled))
@@ -154,6 +215,48 @@ class ActorState:
         future = self.worker.call(host_method, method, a, b, pickled)
         self._track(future)
         cell.bind(future)
+
+    def _send_attempt(self, method, args, kwargs, call, a, b, pickled):
+        """Sends one attempt of a RetriedCall; its end decides (on the dispatcher thread)."""
+        worker = self.worker
+        host_method = "call_async" if self.use_async_path else "call"
+        future = worker.call(host_method, method, a, b, pickled)
+        self._track(future)
+        future.add_done_callback(lambda f: self.runtime.post(
+            lambda: self._attempt_done(method, args, kwargs, call, worker, f)))
+
+    def _attempt_done(self, method, args, kwargs, call, worker, attempt):
+        with self.lock:
+            retry = self.dead is None and call.wants_retry(attempt)
+            if retry:
+                if call.retries_left > 0:
+                    call.retries_left -= 1
+                try:
+                    attempt.result(0)
+                except _DEATHS:
+                    call.dead_worker = worker  # sent again once the actor runs another
+                else:
+                    call.dead_worker = None
+                # Before every call queued after it (they were submitted later), after the
+                # retries submitted before it.
+                at = 0
+                while (at < len(self.queue) and isinstance(self.queue[at][3], RetriedCall)
+                       and self.queue[at][3].seq < call.seq):
+                    at += 1
+                self.queue.insert(at, (method, args, kwargs, call))
+            else:
+                self.open_retried -= 1
+                collect = self.collecting and not self.open_retried and not self.ending
+        if not retry:
+            call.cell.bind(attempt)
+            if collect:
+                self.runtime.post(self.collect)
+            return
+        if call.dead_worker is not None:
+            # The actor's death and restart are the dispatcher's too: it sends the call once
+            # started() installed a new worker.
+            worker.died().add_done_callback(lambda _f: self.runtime.post(self.drain))
+        self.runtime.post(self.drain)
 
     def _track(self, future):
         """Remembers a sent call's future (under self.lock) until it is done."""
@@ -172,8 +275,8 @@ class ActorState:
             self.collecting = True
             if self.dead is not None or self.ending:
                 return
-            if self.queue:
-                return  # drain() calls back once the queue is empty
+            if self.queue or self.open_retried:
+                return  # drain() and _attempt_done() call back once they are done
             self.ending = True  # once: a later drain() must not end it before these calls
             running = [f for f in self.sent if not f.done()]
             self.sent.clear()
@@ -199,12 +302,14 @@ class ActorState:
             while self.queue:
                 if self.dead is not None:
                     for _, _, _, cell in self.queue:
-                        cell.set_error(self.dead)
+                        _fail(cell, self.dead)
                     self.queue.clear()
                     return
                 if self.worker is None:
                     return
                 method, args, kwargs, cell = self.queue[0]
+                if isinstance(cell, RetriedCall) and cell.dead_worker is self.worker:
+                    return  # its actor died: it goes to the restarted one (started() drains)
                 waiting = [r for r in top_level_refs(args, kwargs) if not r._done()]
                 if waiting:
                     waiting[0]._cell.add_done_callback(lambda: self.runtime.post(self.drain))
@@ -226,6 +331,16 @@ class ActorState:
             self.dead = error
             self.worker = None
         self.runtime.post(self.drain)
+
+
+def _fail(cell, error):
+    """Completes a Cell, PendingStream or RetriedCall with `error`."""
+    if isinstance(cell, RetriedCall):
+        cell = cell.cell
+    if isinstance(cell, _cells.PendingStream):
+        cell.fail(error)
+    else:
+        cell.set_error(error)
 
 
 def _refs(cell, num_returns):

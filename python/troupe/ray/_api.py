@@ -31,8 +31,8 @@ class DriverApi:
             raise rex.RayActorError(actor_id, f"no actor {actor_id} in this job")
         return actor
 
-    def call_actor(self, actor_id, method, args, kwargs, num_returns, group=None):
-        return self._actor(actor_id).submit(method, args, kwargs, num_returns, group)
+    def call_actor(self, actor_id, method, args, kwargs, num_returns, group=None, retry=None):
+        return self._actor(actor_id).submit(method, args, kwargs, num_returns, group, retry)
 
     def submit_task(self, spec, fn_name, options, args, kwargs):
         return self.rt.submit_task(spec, fn_name, options, args, kwargs)

@@ -9,18 +9,21 @@ class ActorMethod:
     """``handle.method``: ``.remote(*args, **kwargs)`` calls it and returns an ObjectRef (a list
     of them with num_returns > 1, an ObjectRefGenerator with num_returns="streaming")."""
 
-    def __init__(self, handle, name, num_returns=None, concurrency_group=None, refused=None):
+    def __init__(self, handle, name, num_returns=None, concurrency_group=None, refused=None,
+                 retry=None):
         self._handle = handle
         self._name = name
         self._num_returns = num_returns
         self._group = concurrency_group
         self._refused = refused  # what .remote() refuses (@ray.method / .options()), or None
+        self._retry = retry  # _options.method_retry of @ray.method and .options(), or None
 
     def remote(self, *args, **kwargs):
         if self._refused is not None:
             raise NotSupportedError(f"{self._name}.remote: {self._refused}")
         return _current.api().call_actor(self._handle._actor_id, self._name, tuple(args),
-                                         dict(kwargs), self._num_returns, self._group)
+                                         dict(kwargs), self._num_returns, self._group,
+                                         self._retry)
 
     def options(self, **options):
         _options.check(options, _options.METHOD, f"{self._name}.options")
@@ -30,7 +33,8 @@ class ActorMethod:
                             f"{type(group).__name__}")
         return ActorMethod(self._handle, self._name,
                            options.get("num_returns", self._num_returns), group,
-                           _options.refusal(options, "method") or self._refused)
+                           _options.refusal(options, "method") or self._refused,
+                           _options.method_retry(options, self._retry))
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actor methods cannot be called directly. Instead of running "
@@ -62,7 +66,8 @@ class ActorHandle:
                 raise AttributeError(name)
             raise AttributeError(f"'{self._cls_name}' actor has no method '{name}'")
         entry = self._methods[name]
-        return ActorMethod(self, name, entry[2], None, entry[3] if len(entry) > 3 else None)
+        return ActorMethod(self, name, entry[2], None, entry[3] if len(entry) > 3 else None,
+                           entry[4] if len(entry) > 4 else None)
 
     def _actor_id_hex(self):
         return self._actor_id.hex()

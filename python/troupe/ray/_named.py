@@ -21,12 +21,22 @@ START_WAIT_S = 60.0
 _POLL_S = 0.05
 
 
+def _json_method(entry):
+    """A method-table entry as JSON: retry_exceptions as exception types does not travel (the
+    attaching driver retries those calls only on the actor's death)."""
+    out = list(entry)
+    if len(out) > 4 and out[4] and not isinstance(out[4].get("retry_exceptions", False), bool):
+        out[4] = {k: v for k, v in out[4].items() if k != "retry_exceptions"}
+    return out
+
+
 def _record(actor, detached):
     info = {"actor_id": actor.actor_id, "cls_name": actor.cls_name,
-            "methods": {k: list(v) for k, v in actor.methods.items()},
+            "methods": {k: _json_method(v) for k, v in actor.methods.items()},
             "use_async_path": actor.use_async_path,
             "max_concurrency": actor.options.get("max_concurrency"),
-            "concurrency_groups": actor.options.get("concurrency_groups")}
+            "concurrency_groups": actor.options.get("concurrency_groups"),
+            "max_task_retries": actor.options.get("max_task_retries")}
     return {"ns": actor.namespace, "name": actor.name, "detached": bool(detached),
             "info": json.dumps(info)}
 
@@ -89,6 +99,7 @@ def attach(rt, rec):
     options = {"name": rec["name"], "namespace": rec["ns"],
                "max_concurrency": info.get("max_concurrency"),
                "concurrency_groups": info.get("concurrency_groups"),
+               "max_task_retries": info.get("max_task_retries"),
                "lifetime": "detached" if rec["detached"] else None}
     actor = _actors.ActorState(rt, info["actor_id"], None, info["cls_name"], methods, options,
                                (), {})

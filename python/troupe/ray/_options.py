@@ -149,18 +149,33 @@ def refusal(options, kind="actor"):
         if isinstance(mod, str) and "://" in mod:
             return (f"runtime_env py_modules entry {mod!r}: remote URIs are not supported by "
                     "troupe.ray; use a local directory or .py file")
-    # Tasks are retried (max_retries, retry_exceptions); actor method calls are not.
-    if kind != "task":
-        if options.get("max_task_retries") not in (None, 0):
-            return (f"max_task_retries={options['max_task_retries']!r}: troupe.ray does not "
-                    "retry actor method calls; catch the error and call again (max_restarts "
-                    "restarts the actor)")
-        if options.get("retry_exceptions"):
-            return ("retry_exceptions: troupe.ray does not retry actor method calls; catch the "
-                    "error and call again")
     if options.get("num_returns") == "dynamic":
         return "num_returns='dynamic' is not supported by troupe.ray: use 'streaming'"
     return _strategy_refusal(options.get("scheduling_strategy"))
+
+
+def method_retry(options, base=None):
+    """The retry options of an actor method call ({"max_task_retries": n, "retry_exceptions":
+    bool or exception types}, the keys given): `base` (the method's own) updated with those in
+    `options`; None when there are none. Raises TypeError for a bad value."""
+    out = dict(base or {})
+    if options.get("max_task_retries") is not None:
+        n = options["max_task_retries"]
+        if not isinstance(n, int) or isinstance(n, bool) or n < -1:
+            raise TypeError(f"max_task_retries must be an int >= -1, not {n!r}")
+        out["max_task_retries"] = n
+    if "retry_exceptions" in options:
+        r = options["retry_exceptions"]
+        if isinstance(r, (list, tuple)):
+            if not all(isinstance(t, type) and issubclass(t, BaseException) for t in r):
+                raise TypeError(f"retry_exceptions must be a bool or a list of exception types, "
+                                f"not {r!r}")
+            r = tuple(r)
+        elif not isinstance(r, bool):
+            raise TypeError(f"retry_exceptions must be a bool or a list of exception types, not "
+                            f"{r!r}")
+        out["retry_exceptions"] = r
+    return out or None
 
 
 def refuse(options, kind, where):

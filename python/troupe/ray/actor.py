@@ -51,8 +51,9 @@ def make_actor_class(cls, options):
 
 
 def method_table(cls):
-    """name -> (is_generator, is_async, num_returns and refusal from @ray.method) of the public
-    methods of `cls` (Ray lets a driver call any method not starting with "__")."""
+    """name -> (is_generator, is_async, num_returns, refusal and retry options from @ray.method)
+    of the public methods of `cls` (Ray lets a driver call any method not starting with
+    "__")."""
     out = {}
     for name in dir(cls):
         if name.startswith("__"):
@@ -65,7 +66,7 @@ def method_table(cls):
             continue
         out[name] = (inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn),
                      inspect.iscoroutinefunction(fn), getattr(fn, "__ray_num_returns__", None),
-                     getattr(fn, "__ray_refused__", None))
+                     getattr(fn, "__ray_refused__", None), getattr(fn, "__ray_retry__", None))
     return out
 
 
@@ -149,10 +150,13 @@ def method(num_returns=None, concurrency_group=None, **options):
                          f"supported ones are {sorted(_options.METHOD - {'name'})})")
     refused = _options.refusal(options, "method")
 
+    retry = _options.method_retry(options)
+
     def mark(fn):
         fn.__ray_num_returns__ = num_returns
         fn.__ray_concurrency_group__ = concurrency_group
         fn.__ray_refused__ = refused
+        fn.__ray_retry__ = retry
         return fn
 
     return mark

@@ -1,4 +1,3 @@
-# xfail: max_task_retries (actor method call retries) is refused
 import os
 
 import ray
