@@ -15,6 +15,7 @@ import pickle
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+from troupe import _worker
 from troupe.ray import _context, _runtime_env, _serial, install
 from troupe.ray._serial import is_plain
 
@@ -70,10 +71,19 @@ def _run(fn_name, fn, a, b, pickled):
 
 def _stream(fn_name, fn, a, b, pickled):
     """Yields each item of generator `fn` as a result tuple; an error ends the stream with an
-    error tuple."""
+    error tuple. An async generator (an async actor's) runs on the worker's event loop, where
+    the actor's other coroutines run, one item at a time."""
     try:
         args, kwargs = _arguments(a, b, pickled)
-        for item in fn(*args, **kwargs):
+        items = fn(*args, **kwargs)
+        if inspect.isasyncgen(items):
+            while True:
+                try:
+                    item = _worker.run_coroutine(items.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield _ok(item)
+        for item in items:
             yield _ok(item)
     except Exception as e:  # noqa: BLE001
         yield _error(fn_name, e)

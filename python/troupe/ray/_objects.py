@@ -174,6 +174,22 @@ class ObjectRefGenerator:
     def __next__(self):
         return self._next(None)
 
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        """`async for`: each next ref, waited for on a thread so that the loop runs on."""
+        ref = await asyncio.get_running_loop().run_in_executor(None, self._next_or_none)
+        if ref is None:
+            raise StopAsyncIteration
+        return ref
+
+    def _next_or_none(self):
+        try:
+            return self._next(None)
+        except StopIteration:
+            return None
+
     def _next(self, timeout):
         if self._ended:
             raise StopIteration

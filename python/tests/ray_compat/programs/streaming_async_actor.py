@@ -1,4 +1,3 @@
-# xfail: async-generator methods of an async actor cannot stream
 import asyncio
 
 import ray
