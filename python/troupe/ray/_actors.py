@@ -5,7 +5,6 @@ retries (max_task_retries, retry_exceptions) that failed goes back to the front 
 after its actor's restart when the actor died, at once when it raised a retried exception."""
 
 import collections
-import pickle
 import threading
 
 import troupe
@@ -60,15 +59,7 @@ class RetriedCall:
             return True
         except troupe.TroupeError:
             return False
-        if raw[0] != "err" or not self.retry_exceptions:
-            return False
-        if self.retry_exceptions is True:
-            return True
-        try:
-            cause = pickle.loads(raw[1]) if raw[1] is not None else None
-        except Exception:  # noqa: BLE001
-            cause = None
-        return isinstance(cause, tuple(self.retry_exceptions))
+        return _cells.raised_retried(raw, self.retry_exceptions)
 
 
 class ActorState:

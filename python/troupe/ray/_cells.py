@@ -20,6 +20,20 @@ def new_id():
     return f"{_PREFIX}{next(_ids):016x}"
 
 
+def raised_retried(raw, retry_exceptions):
+    """Whether host result tuple `raw` is an exception that `retry_exceptions` (Ray's option:
+    False, True, or exception types) retries."""
+    if raw[0] != "err" or not retry_exceptions:
+        return False
+    if retry_exceptions is True:
+        return True
+    try:
+        cause = pickle.loads(raw[1]) if raw[1] is not None else None
+    except Exception:  # noqa: BLE001
+        cause = None
+    return cause is not None and isinstance(cause, tuple(retry_exceptions))
+
+
 class Cell:
     """One result, completed once. Thread-safe. `decode(raw)` turns the bound future's raw
     result into the value (or raises); `error_of(troupe_error)` maps the future's failure."""

@@ -3,7 +3,6 @@ demand and reused; a task waits for its ObjectRef arguments and its resources, r
 runner of its node (one task at a time per runner), then gives both back."""
 
 import contextlib
-import pickle
 
 import troupe
 from troupe.ray import _actors, _cells, _objects, _resources, _runtime_env, _serial
@@ -122,15 +121,7 @@ class _Task:
             raw = done.result(0)
         except troupe.TroupeError:
             return True  # the worker died
-        if raw[0] != "err" or not self.retry_exceptions:
-            return False
-        if self.retry_exceptions is True:
-            return True
-        try:
-            cause = pickle.loads(raw[1]) if raw[1] is not None else None
-        except Exception:  # noqa: BLE001
-            cause = None
-        return cause is not None and isinstance(cause, tuple(self.retry_exceptions))
+        return _cells.raised_retried(raw, self.retry_exceptions)
 
 
 class TaskPool:
