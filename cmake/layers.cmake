@@ -56,7 +56,7 @@ function(troupe_layer_library name)
   add_library(troupe_${name} OBJECT ${ARGN})
   troupe_layer_includes(troupe_${name} ${name})
   target_compile_definitions(troupe_${name} PRIVATE TROUPE_VERSION="${PROJECT_VERSION}")
-  target_link_libraries(troupe_${name} PRIVATE Threads::Threads OpenSSL::Crypto)
+  target_link_libraries(troupe_${name} PRIVATE Threads::Threads OpenSSL::SSL OpenSSL::Crypto)
 endfunction()
 
 # CTest: for every layer but the top one, a source with that layer's include path that includes

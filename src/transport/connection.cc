@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <asio/post.hpp>
 #include <asio/read.hpp>
+#include <asio/ssl/context.hpp>
+#include <asio/ssl/error.hpp>
+#include <asio/ssl/stream.hpp>
 #include <asio/write.hpp>
 #include <cstring>
 
@@ -35,9 +38,58 @@ Connection::Connection(Socket socket, std::string peer)
   ::fcntl(socket_.native_handle(), F_SETFD, FD_CLOEXEC);  // never inherited by a child
 }
 
+Connection::Connection(Socket socket, std::string peer, std::shared_ptr<asio::ssl::context> tls,
+                       TlsRole role)
+    : Connection(std::move(socket), std::move(peer)) {
+  tls_context_ = std::move(tls);
+  tls_role_ = role;
+  tls_ = std::make_unique<TlsStream>(socket_, *tls_context_);
+}
+
 Connection::~Connection() {
+  tls_.reset();
   asio::error_code ec;
   socket_.close(ec);
+}
+
+template <typename Handler>
+void Connection::async_read_some(uint8_t* data, size_t size, Handler&& handler) {
+  if (tls_)
+    tls_->async_read_some(asio::buffer(data, size), std::forward<Handler>(handler));
+  else
+    socket_.async_read_some(asio::buffer(data, size), std::forward<Handler>(handler));
+}
+
+namespace {
+bool closed_by_peer(const asio::error_code& ec) {
+  // A TLS peer that closes its socket without a close_notify alert truncates the stream.
+  return ec == asio::error::eof || ec == asio::error::connection_reset ||
+         ec == asio::ssl::error::stream_truncated;
+}
+}  // namespace
+
+void Connection::start_tls() {
+  tls_->async_handshake(
+      tls_role_ == TlsRole::kServer ? asio::ssl::stream_base::server
+                                    : asio::ssl::stream_base::client,
+      [self = shared_from_this()](const asio::error_code& ec) {
+        if (ec) {
+          std::string reason = closed_by_peer(ec) ? "closed by the peer" : ec.message();
+          self->fail(Error(ErrorCode::kUnauthenticated,
+                           "TLS handshake with " + self->peer_ + " failed: " + reason +
+                               " (both ends need TLS, with certificates of one cluster CA)"));
+          return;
+        }
+        {
+          std::lock_guard<std::mutex> lock(self->write_mu_);
+          self->tls_ready_ = true;
+          if (!self->queue_.empty() && !self->flushing_) {
+            self->flushing_ = true;
+            asio::post(self->io_, [self] { self->flush_queue(); });
+          }
+        }
+        self->read_more();
+      });
 }
 
 void Connection::set_handlers(wire::FrameLimits limits, FrameHandler on_frame,
@@ -49,7 +101,13 @@ void Connection::set_handlers(wire::FrameLimits limits, FrameHandler on_frame,
 }
 
 void Connection::start() {
-  asio::post(io_, [self = shared_from_this()] { self->read_more(); });
+  asio::post(io_, [self = shared_from_this()] {
+    if (self->closed_) return;
+    if (self->tls_)
+      self->start_tls();
+    else
+      self->read_more();
+  });
 }
 
 void Connection::read_more() {
@@ -64,11 +122,11 @@ void Connection::read_more() {
     rbegin_ = 0;
   }
   watch_stall();
-  socket_.async_read_some(
-      asio::buffer(rbuf_.data() + rend_, rbuf_.size() - rend_),
+  async_read_some(
+      rbuf_.data() + rend_, rbuf_.size() - rend_,
       [self = shared_from_this()](const asio::error_code& ec, size_t n) {
         if (ec) {
-          if (ec == asio::error::eof || ec == asio::error::connection_reset)
+          if (closed_by_peer(ec))
             self->fail(Error(ErrorCode::kConnectionLost, "connection closed by " + self->peer_));
           else
             self->fail(Error(ErrorCode::kConnectionLost,
@@ -202,19 +260,18 @@ void Connection::read_part_directly() {
     return close_with(e);
   }
   watch_stall();
-  socket_.async_read_some(
-      asio::buffer(dst, room), [self = shared_from_this()](const asio::error_code& ec, size_t n) {
-        if (ec) {
-          self->fail(Error(ErrorCode::kConnectionLost,
-                           "connection to " + self->peer_ + " lost in the middle of a frame"));
-          return;
-        }
-        self->on_bytes();
-        Part& part = self->parts_[self->part_index_];
-        part.filled += n;
-        if (part.filled == part.size) ++self->part_index_;
-        self->parse_buffer();  // delivers the frame when that was its last part
-      });
+  async_read_some(dst, room, [self = shared_from_this()](const asio::error_code& ec, size_t n) {
+    if (ec) {
+      self->fail(Error(ErrorCode::kConnectionLost,
+                       "connection to " + self->peer_ + " lost in the middle of a frame"));
+      return;
+    }
+    self->on_bytes();
+    Part& part = self->parts_[self->part_index_];
+    part.filled += n;
+    if (part.filled == part.size) ++self->part_index_;
+    self->parse_buffer();  // delivers the frame when that was its last part
+  });
 }
 
 void Connection::on_bytes() { last_progress_ = std::chrono::steady_clock::now(); }
@@ -367,7 +424,7 @@ bool Connection::send(wire::FrameKind kind, uint64_t request_id, std::string bod
 
   std::lock_guard<std::mutex> lock(write_mu_);
   if (closed_) return false;  // closed while the frame was being encoded
-  if (queue_.empty() && !flushing_) {
+  if (queue_.empty() && !flushing_ && !tls_) {
     try {
       write_now(w);
     } catch (const Error& e) {
@@ -377,14 +434,43 @@ bool Connection::send(wire::FrameKind kind, uint64_t request_id, std::string bod
     if (w.offset == frame_size) return true;
   }
   queue_.push_back(std::move(w));
-  if (!flushing_) {
+  if (!flushing_ && (!tls_ || tls_ready_)) {
     flushing_ = true;
     asio::post(io_, [self = shared_from_this()] { self->flush_queue(); });
   }
   return true;
 }
 
+void Connection::flush_tls() {
+  std::unique_lock<std::mutex> lock(write_mu_);
+  if (queue_.empty() || closed_) {
+    flushing_ = false;
+    return;
+  }
+  // Held by the write's handler: the TLS stream reads the buffers until the handler runs.
+  auto w = std::make_shared<PendingWrite>(std::move(queue_.front()));
+  queue_.pop_front();
+  lock.unlock();
+  std::vector<asio::const_buffer> buffers;
+  buffers.reserve(2 + w->attachments.size());
+  buffers.emplace_back(w->prefix.data(), w->prefix.size());
+  if (!w->body.empty()) buffers.emplace_back(w->body.data(), w->body.size());
+  for (const auto& a : w->attachments)
+    if (a.size()) buffers.emplace_back(a.data(), a.size());
+  asio::async_write(*tls_, buffers,
+                    [self = shared_from_this(), w](const asio::error_code& ec, size_t n) {
+                      if (ec) {
+                        self->fail(Error(ErrorCode::kConnectionLost,
+                                         "write to " + self->peer_ + " failed: " + ec.message()));
+                        return;
+                      }
+                      g_bytes_sent.fetch_add(n, std::memory_order_relaxed);
+                      self->flush_tls();
+                    });
+}
+
 void Connection::flush_queue() {
+  if (tls_) return flush_tls();
   // Frames written are destroyed after write_mu_ is released (declared before the lock):
   // an attachment's release may take another lock (a Python buffer's takes the GIL), which a
   // thread holding it and waiting in send() for write_mu_ would never give up.

@@ -11,6 +11,10 @@
 // buffers of a frame in progress hold at most max(64 KiB, twice the bytes received) per part.
 // CONN-2: a frame that makes no progress for the stall timeout (no byte arrives while it is
 // incomplete) closes the connection with kTimeout and a logged reason.
+// CONN-3 (TLS, transport/tls.h): a connection made with a TLS context runs the TLS handshake
+// first (start()), then reads and writes through the TLS stream. Its frames are always written
+// by the I/O thread (send() queues them), since a TLS stream is not thread-safe; a handshake
+// failure closes it with kUnauthenticated and the TLS reason.
 #pragma once
 
 #include <asio/generic/stream_protocol.hpp>
@@ -29,6 +33,12 @@
 
 #include "troupe/error.h"
 #include "wire/frame.h"
+
+namespace asio::ssl {
+class context;
+template <typename Stream>
+class stream;
+}  // namespace asio::ssl
 
 namespace troupe::transport {
 
@@ -62,6 +72,8 @@ constexpr std::chrono::milliseconds kDefaultFrameStallTimeout{30000};
 // kinds, authentication included). Thread-safe; one relaxed atomic add per write.
 uint64_t bytes_sent_total();
 
+enum class TlsRole { kClient, kServer };
+
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   using FrameHandler = std::function<void(wire::Frame&&)>;
@@ -69,6 +81,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // `peer` describes the other end in logs ("unix:/run/x.sock", "tcp:127.0.0.2:1400").
   Connection(Socket socket, std::string peer);
+  // A TLS connection (CONN-3) in `role`, with `tls` (shared: it outlives the connection).
+  Connection(Socket socket, std::string peer, std::shared_ptr<asio::ssl::context> tls,
+             TlsRole role);
   ~Connection();
 
   // Sets what to do with incoming frames and the limits they are checked against. Call before
@@ -94,6 +109,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close(const Error& reason);
   bool closed() const { return closed_.load(); }
   const std::string& peer() const { return peer_; }
+  bool encrypted() const { return tls_ != nullptr; }
   asio::io_context& context() { return io_; }
   // When bytes last arrived from the peer (epoch before any). I/O thread only.
   std::chrono::steady_clock::time_point last_bytes_received() const { return last_progress_; }
@@ -124,6 +140,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     void operator()(uint8_t* p) const { std::free(p); }
   };
 
+  using TlsStream = asio::ssl::stream<Socket&>;
+  template <typename Handler>
+  void async_read_some(uint8_t* data, size_t size, Handler&& handler);
+  void start_tls();  // CONN-3: the TLS handshake, then the read loop
+  void flush_tls();  // on the I/O thread: writes the queue's frames through the TLS stream
   void read_more();
   void parse_buffer();
   void continue_reading();
@@ -144,6 +165,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   asio::io_context& io_;
   Socket socket_;
+  std::shared_ptr<asio::ssl::context> tls_context_;
+  std::unique_ptr<TlsStream> tls_;  // over socket_; null: plaintext
+  TlsRole tls_role_ = TlsRole::kClient;
   std::string peer_;
   std::atomic<bool> closed_{false};
   bool close_reported_ = false;
@@ -173,6 +197,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::mutex write_mu_;
   std::deque<PendingWrite> queue_;
   bool flushing_ = false;
+  bool tls_ready_ = false;  // CONN-3: the TLS handshake is done (under write_mu_)
 };
 
 }  // namespace troupe::transport

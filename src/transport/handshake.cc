@@ -103,6 +103,15 @@ void serve_handshake(std::shared_ptr<Connection> conn, const std::string& token,
   conn->start();
 }
 
+namespace {
+// A plaintext TCP client of a TLS server waits for a challenge that never comes (TLS servers wait
+// for the client's hello): say so where the wait ends.
+std::string plaintext_hint(const Connection& c) {
+  if (c.encrypted() || c.peer().rfind("tcp:", 0) != 0) return "";
+  return " (if " + c.peer() + " uses TLS, set TROUPE_TLS_DIR to the cluster's TLS directory)";
+}
+}  // namespace
+
 void client_handshake(std::shared_ptr<Connection> conn, const std::string& token,
                       std::chrono::milliseconds timeout, ClientDoneHandler done) {
   struct State {
@@ -122,7 +131,8 @@ void client_handshake(std::shared_ptr<Connection> conn, const std::string& token
   std::weak_ptr<Connection> weak = conn;
   auto timer = start_timer(conn, timeout, [weak, state] {
     if (auto c = weak.lock()) {
-      Error e(ErrorCode::kTimeout, "authentication with " + c->peer() + " timed out");
+      Error e(ErrorCode::kTimeout,
+              "authentication with " + c->peer() + " timed out" + plaintext_hint(*c));
       state->finish(c, &e);
       c->close(e);
     }
@@ -158,8 +168,12 @@ void client_handshake(std::shared_ptr<Connection> conn, const std::string& token
   };
   auto on_close = [weak, state, timer](const Error& reason) {
     timer->cancel();
-    Error e(ErrorCode::kConnectionLost,
-            "connection closed during authentication: " + reason.message());
+    // A refused TLS handshake stays kUnauthenticated; anything else lost the connection.
+    auto c = weak.lock();
+    Error e(reason.code() == ErrorCode::kUnauthenticated ? ErrorCode::kUnauthenticated
+                                                         : ErrorCode::kConnectionLost,
+            "connection closed during authentication: " + reason.message() +
+                (c ? plaintext_hint(*c) : std::string()));
     state->finish(nullptr, &e);
   };
   conn->set_handlers(wire::handshake_limits(), std::move(on_frame), std::move(on_close));

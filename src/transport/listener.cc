@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "transport/tls.h"
 
 namespace troupe::transport {
 namespace {
@@ -104,6 +105,7 @@ std::shared_ptr<Listener> Listener::start(asio::io_context& io, const std::strin
   std::shared_ptr<Listener> l(
       new Listener(io, std::move(token), std::move(on_connection), options));
   auto ep = parse_endpoint(endpoint);
+  if (is_tcp(endpoint)) l->tls_ = tls_context();
   asio::error_code ec;
   if (!is_tcp(endpoint)) {
     l->unix_path_ = endpoint.substr(5);
@@ -152,7 +154,9 @@ void Listener::on_accepted(Socket socket) {
   }
   if (pending_.size() >= std::max<size_t>(options_.max_pending_handshakes, 1))
     evict_for(source, peer);
-  auto conn = std::make_shared<Connection>(std::move(socket), peer);
+  // tls_ is set only on a TCP listener: every connection it accepts runs TLS.
+  auto conn = tls_ ? std::make_shared<Connection>(std::move(socket), peer, tls_, TlsRole::kServer)
+                   : std::make_shared<Connection>(std::move(socket), peer);
   uint64_t id = next_pending_id_++;
   pending_.push_back(PendingHandshake{id, source, conn});
   ++pending_per_source_[source];
@@ -243,21 +247,26 @@ void Listener::close() {
 void async_connect(asio::io_context& io, const std::string& endpoint, const std::string& token,
                    std::chrono::milliseconds timeout, ClientDoneHandler done) {
   asio::generic::stream_protocol::endpoint ep;
+  std::shared_ptr<asio::ssl::context> tls;
   try {
     ep = parse_endpoint(endpoint);
+    if (is_tcp(endpoint)) tls = tls_context();
   } catch (const Error& e) {
     asio::post(io, [done, e] { done(nullptr, &e); });
     return;
   }
   auto socket = std::make_shared<Socket>(io, ep.protocol());
-  socket->async_connect(ep, [socket, endpoint, token, timeout, done](const asio::error_code& ec) {
+  socket->async_connect(ep, [socket, endpoint, token, timeout, done,
+                             tls](const asio::error_code& ec) {
     if (ec) {
       Error e(ErrorCode::kConnectionLost, "cannot connect to " + endpoint + ": " + ec.message());
       done(nullptr, &e);
       return;
     }
     if (is_tcp(endpoint)) set_nodelay(*socket);
-    auto conn = std::make_shared<Connection>(std::move(*socket), endpoint);
+    auto conn =
+        tls ? std::make_shared<Connection>(std::move(*socket), endpoint, tls, TlsRole::kClient)
+            : std::make_shared<Connection>(std::move(*socket), endpoint);
     client_handshake(conn, token, timeout, done);
   });
 }

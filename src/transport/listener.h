@@ -56,9 +56,9 @@ struct ListenerOptions {
 class Listener : public std::enable_shared_from_this<Listener> {
  public:
   // Binds and starts accepting on `io`'s thread. Every accepted connection runs the server
-  // handshake; authenticated ones are passed to `on_connection` on the I/O thread, which must
-  // install handlers. Throws Error if the endpoint cannot be bound. A stale Unix socket file is
-  // replaced.
+  // handshake (on TCP, inside TLS when this process's tls_context() is set: transport/tls.h);
+  // authenticated ones are passed to `on_connection` on the I/O thread, which must install
+  // handlers. Throws Error if the endpoint cannot be bound. A stale Unix socket file is replaced.
   static std::shared_ptr<Listener> start(
       asio::io_context& io, const std::string& endpoint, std::string token,
       AuthenticatedHandler on_connection,
@@ -71,6 +71,8 @@ class Listener : public std::enable_shared_from_this<Listener> {
   const std::string& endpoint() const { return endpoint_; }
   // Stops accepting; removes a Unix socket file. Thread-safe, idempotent.
   void close();
+  // Whether accepted connections run TLS (a TCP listener of a process with TLS on).
+  bool encrypted() const { return tls_ != nullptr; }
   // Pending handshakes evicted so far (LST-4). Thread-safe.
   uint64_t evicted_handshakes() const { return evicted_.load(); }
 
@@ -96,6 +98,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
   std::string endpoint_;
   std::string unix_path_;
   std::string token_;
+  std::shared_ptr<asio::ssl::context> tls_;  // null: plaintext
   AuthenticatedHandler on_connection_;
   ListenerOptions options_;
   std::shared_ptr<LogLimiter> log_limiter_;
@@ -108,8 +111,9 @@ class Listener : public std::enable_shared_from_this<Listener> {
   std::chrono::milliseconds retry_delay_{0};
 };
 
-// Connects to `endpoint` and authenticates. Calls `done` once on the I/O thread with the
-// connection (handlers not yet installed) or an error; the error names the endpoint.
+// Connects to `endpoint` and authenticates (on TCP, inside TLS when this process's
+// tls_context() is set). Calls `done` once on the I/O thread with the connection (handlers not
+// yet installed) or an error; the error names the endpoint.
 void async_connect(asio::io_context& io, const std::string& endpoint, const std::string& token,
                    std::chrono::milliseconds timeout, ClientDoneHandler done);
 

@@ -161,7 +161,8 @@ TEST_P(LiveClient, CallsRacingAServerCloseAllComplete) {
   EXPECT_TRUE(echo(*bystander_));
 }
 
-INSTANTIATE_TEST_SUITE_P(Transport, LiveClient, ::testing::Values("unix", "tcp"), transport_name);
+INSTANTIATE_TEST_SUITE_P(Transport, LiveClient, ::testing::Values("unix", "tcp", "tls"),
+                         transport_name);
 
 // ---- the client checks the server: fake servers written with raw sockets ----
 

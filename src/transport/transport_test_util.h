@@ -31,6 +31,7 @@
 #include "transport/io_loop.h"
 #include "transport/listener.h"
 #include "transport/rpc_peer.h"
+#include "transport/tls.h"
 #include "wire/frame.h"
 #include "wire/rpc_message.h"
 
@@ -333,14 +334,20 @@ class LiveServerTest : public ::testing::Test {
   virtual std::string transport() const = 0;
   virtual std::chrono::milliseconds handshake_timeout() const { return kDeadline; }
 
+  // "unix", "tcp", or "tls" (TCP with this process's TLS on: a new cluster CA in dir_).
   void SetUp() override {
+    if (transport() == "tls") {
+      make_cluster_ca(dir_.path() + "/tls");
+      configure_tls(TlsSettings{dir_.path() + "/tls", "test"});
+    }
     std::string ep = transport() == "unix" ? "unix:" + dir_.path() + "/troupe.sock"
                                            : std::string("tcp:127.0.0.1:0");
     listener_ = Listener::start(
         loop_.context(), ep, kToken, [this](std::shared_ptr<Connection> c) { on_auth(c); },
         handshake_timeout());
     endpoint_ = listener_->endpoint();
-    if (transport() == "tcp") {  // loopback unless told otherwise
+    EXPECT_EQ(listener_->encrypted(), transport() == "tls");
+    if (transport() != "unix") {  // loopback unless told otherwise
       ASSERT_EQ(endpoint_.rfind("tcp:127.0.0.1:", 0), 0u) << endpoint_;
     }
     bystander_ = connect_ok();
@@ -362,6 +369,7 @@ class LiveServerTest : public ::testing::Test {
     });
     loop_.run_sync([] {});
     loop_.stop();
+    if (transport() == "tls") configure_tls(std::nullopt);
   }
 
   void on_auth(std::shared_ptr<Connection> c) {
