@@ -11,6 +11,7 @@
 #include "common/launch_env.h"
 #include "common/private_dir.h"
 #include "common/proc_stats.h"
+#include "transport/tls.h"
 
 namespace troupe::agent {
 namespace {
@@ -110,6 +111,11 @@ WorkerLaunch WorkerTable::make_launch(const control::StartWorker& request,
     vars[worker_env::kCallStatus] = host_.stacks_dir + "/" + request.name + ".status";
     vars[worker_env::kPythonStacks] = host_.stacks_dir + "/" + request.name + ".pystacks";
     vars[worker_env::kPythonStacksSignal] = std::to_string(python_stacks_signal());
+  }
+  if (std::string tls = transport::tls_dir(); !tls.empty()) {  // this agent's TLS
+    vars[launch_env::kTlsDir] = tls;
+    std::string name = transport::tls_name();
+    vars[launch_env::kTlsName] = name.empty() ? host_.host_name : name;
   }
   vars.erase(launch_env::kToken);  // the token goes through a pipe (WorkerLaunch::token)
   launch.token = host_.token;

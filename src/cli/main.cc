@@ -140,6 +140,13 @@ int main(int argc, char** argv) {
       ->add_option("--token-file", head.token_file,
                    "the cluster token (default: TROUPE_TOKEN; the head makes a new one)")
       ->check(CLI::ExistingFile);
+  start_cmd->add_flag("--tls", head.tls,
+                      "the head: encrypt every TCP connection of the cluster with TLS, "
+                      "certificates of a cluster CA made in the run directory");
+  start_cmd->add_option("--tls-dir", agent.tls_dir,
+                        "the cluster's TLS directory (the head printed it; for the head: your "
+                        "own CA, ca.pem with head.pem/head.key or ca.key; default: "
+                        "TROUPE_TLS_DIR)");
   start_cmd->add_option("--num-cpus", agent.num_cpus, "CPUs this host offers (default: cores)")
       ->check(CLI::NonNegativeNumber);
   start_cmd
@@ -252,6 +259,14 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   if (*demo_cmd) return troupe::cli::run_demo(demo);
+  if (*status_cmd || *logs_cmd || *stack_cmd || *timeline_cmd) {
+    try {  // the clients of this host's standing cluster speak its TLS
+      troupe::cli::use_standing_tls();
+    } catch (const troupe::Error& e) {
+      std::fprintf(stderr, "troupe: %s\n", e.what());
+      return 1;
+    }
+  }
   if (*status_cmd) {
     if (status_address.empty()) return troupe::cli::run_status(session);
     try {
@@ -279,6 +294,12 @@ int main(int argc, char** argv) {
                    "troupe start: --dashboard-port is for the head (--head), not an agent\n");
       return 2;
     }
+    if (!start_head && head.tls) {
+      std::fprintf(stderr,
+                   "troupe start: --tls is for the head (--head); an agent takes --tls-dir\n");
+      return 2;
+    }
+    head.tls_dir = agent.tls_dir;
     if (start_head) return troupe::cli::run_start_head(head);
     std::stringstream ss(labels);
     for (std::string kv; std::getline(ss, kv, ',');) {

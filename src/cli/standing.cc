@@ -34,6 +34,7 @@
 #include "head/head_metrics.h"
 #include "store/shm_object.h"
 #include "transport/io_loop.h"
+#include "transport/tls.h"
 #include "troupe/error.h"
 
 namespace troupe::cli {
@@ -258,6 +259,21 @@ std::string standing_token(const std::string& token_file) {
   return token::read_file(path);
 }
 
+std::string standing_tls_dir() {
+  if (auto d = env::get(launch_env::kTlsDir); d && !d->empty()) return *d;
+  std::string recorded = run_dir() + "/head.tls";
+  if (!stdfs::exists(recorded)) return "";
+  std::string dir = read_small_file(recorded);
+  while (!dir.empty() && (dir.back() == '\n' || dir.back() == ' ')) dir.pop_back();
+  return dir;
+}
+
+void use_standing_tls() {
+  std::string dir = standing_tls_dir();
+  if (!dir.empty())
+    transport::configure_tls(transport::TlsSettings{dir, env::get_or(launch_env::kTlsName, "")});
+}
+
 int run_start_head(const StartHeadOptions& o) {
   try {
     const std::string dir = standing_run_dir(o.run_dir_name);
@@ -274,6 +290,19 @@ int run_start_head(const StartHeadOptions& o) {
       if (stdfs::exists(token_path)) stdfs::remove(token_path);
       token = token::generate();
       token::write_file(token_path, token);
+    }
+    std::string tls_dir = o.tls_dir;
+    if (tls_dir.empty()) tls_dir = env::get_or(launch_env::kTlsDir, "");
+    if (tls_dir.empty() && o.tls) {
+      tls_dir = dir + "/tls";
+      transport::make_cluster_ca(tls_dir);  // kept when there: its agents' certificates stay
+    }
+    if (!tls_dir.empty()) {
+      tls_dir = stdfs::absolute(tls_dir).string();
+      transport::configure_tls(transport::TlsSettings{tls_dir, "head"});
+      write_private_file(dir + "/head.tls", tls_dir + "\n");
+    } else {
+      ::unlink((dir + "/head.tls").c_str());  // an earlier head's
     }
     const std::string log = dir + "/head.log";
     auto body = [&](int ready_fd) -> int {
@@ -356,6 +385,7 @@ int run_start_head(const StartHeadOptions& o) {
       head.reset();
       ::unlink((dir + "/head.pid").c_str());
       ::unlink((dir + "/head.address").c_str());
+      if (!tls_dir.empty()) ::unlink((dir + "/head.tls").c_str());
       if (token_path == dir + "/token") ::unlink(token_path.c_str());  // it made the token
       return 0;
     };
@@ -376,14 +406,19 @@ int run_start_head(const StartHeadOptions& o) {
       if (!dashboard_url.empty() && dashboard_url != "-")
         std::printf("dashboard at %s\nin a browser, open once: %slogin?token=%s&next=/\n",
                     dashboard_url.c_str(), dashboard_url.c_str(), token.c_str());
-      std::printf("join a host with:\n  troupe start --address %s%s\n", address.c_str(),
-                  token_path.empty() ? "   (with TROUPE_TOKEN set)"
-                                     : (" --token-file " + token_path).c_str());
+      std::string tls_join = tls_dir.empty() ? "" : " --tls-dir " + tls_dir;
+      std::string tls_env = tls_dir.empty() ? "" : " TROUPE_TLS_DIR=" + tls_dir;
+      if (!tls_dir.empty())
+        std::printf("TLS on every TCP connection, certificates of the CA in %s\n", tls_dir.c_str());
+      std::printf("join a host with:\n  troupe start --address %s%s%s\n", address.c_str(),
+                  token_path.empty() ? "" : (" --token-file " + token_path).c_str(),
+                  (tls_join + (token_path.empty() ? "   (with TROUPE_TOKEN set)" : "")).c_str());
       std::printf(
-          "run a driver against it with:\n  TROUPE_ADDRESS=%s %s ./your_driver\n"
+          "run a driver against it with:\n  TROUPE_ADDRESS=%s %s%s ./your_driver\n"
           "stop with: troupe stop\n",
           address.c_str(),
-          token_path.empty() ? "TROUPE_TOKEN=..." : ("TROUPE_TOKEN_FILE=" + token_path).c_str());
+          token_path.empty() ? "TROUPE_TOKEN=..." : ("TROUPE_TOKEN_FILE=" + token_path).c_str(),
+          tls_env.c_str());
       return 0;
     });
   } catch (const Error& e) {
@@ -431,6 +466,9 @@ int run_start_agent(const StartAgentOptions& o) {
     c.labels = o.labels;
     c.head_endpoint = "tcp:" + o.address;
     c.token = standing_token(o.token_file);
+    if (std::string tls = o.tls_dir.empty() ? standing_tls_dir() : o.tls_dir; !tls.empty())
+      transport::configure_tls(  // its workers get the same (agent/worker_table.cc)
+          transport::TlsSettings{stdfs::absolute(tls).string(), c.host_name});
     c.session_dir = dir + "/agent-" + c.host_name;
     fs::open_private_dir(c.session_dir, true);
     c.socket_dir = c.session_dir + "/sockets";

@@ -42,6 +42,12 @@ struct StartHeadOptions {
   // The web dashboard (cli/dashboard.h) on http://ADDRESS:dashboard_port/ (0: any free port,
   // printed with the URL a browser opens once to log in); negative: none.
   int dashboard_port = -1;
+  // TLS on every TCP connection of the cluster (transport/tls.h): with `tls`, a cluster CA is
+  // made in RUN_DIR/tls (kept when there); `tls_dir` names the user's own instead (ca.pem and
+  // head.pem/head.key, or ca.key to make them). TROUPE_TLS_DIR in the environment also turns
+  // it on. The head records the directory in RUN_DIR/head.tls for this host's clients.
+  bool tls = false;
+  std::string tls_dir;
 };
 
 struct StartAgentOptions {
@@ -66,6 +72,10 @@ struct StartAgentOptions {
   // GPUs of the step, see slurm_env.h; run directory "standing-job<SLURM_JOB_ID>"). It exits,
   // stopping its workers, when its head goes, and removes its files on exit.
   bool slurm = false;
+  // TLS (transport/tls.h): the cluster's TLS directory (the head printed it); empty:
+  // TROUPE_TLS_DIR, else the one the head of this host's run directory recorded, else none.
+  // This host's certificate is HOST_NAME.pem in it (made when the directory has ca.key).
+  std::string tls_dir;
 };
 
 // Each returns the process exit code. Without `block` they return once the daemon is ready
@@ -87,6 +97,12 @@ std::vector<std::string> last_lines(const std::string& path, size_t count);
 // The `status` answer of a standing head listening at `address` (what `troupe status
 // --address` prints). Thread-safe (Head's public functions are).
 Value standing_head_status(const head::Head& head, const std::string& address);
+// The TLS directory this host's clients of a standing cluster use: TROUPE_TLS_DIR, else the one
+// the head of this host's run directory recorded (RUN_DIR/head.tls), else "" (no TLS).
+std::string standing_tls_dir();
+// Turns TLS on for this process's connections when standing_tls_dir() names a directory.
+// Throws Error when it cannot be used.
+void use_standing_tls();
 // The token of a standing cluster: the file, else TROUPE_TOKEN, else the run directory's token.
 // Throws Error naming what is missing.
 std::string standing_token(const std::string& token_file);

@@ -78,6 +78,11 @@ constexpr const char* kTokenFile = "TROUPE_TOKEN_FILE";
 // host:port of a standing cluster's head, for a driver that connects to one.
 constexpr const char* kAddress = "TROUPE_ADDRESS";
 constexpr const char* kLogLevel = "TROUPE_LOG_LEVEL";  // debug, info, warning, error
+// TLS on every TCP connection (transport/tls.h): the directory of the cluster's CA and of this
+// process's certificate, and the certificate's name (default: the host name). An agent sets
+// both for its workers (the name: its host's).
+constexpr const char* kTlsDir = "TROUPE_TLS_DIR";
+constexpr const char* kTlsName = "TROUPE_TLS_NAME";
 constexpr const char* kStoreDir = "TROUPE_STORE_DIR";  // the object store's directory
 // The timeline recorder (common/timeline.h): "0", "off" or "false" turns recording off; the
 // ring buffer's capacity in events. Read by the driver; workers follow their driver's cluster.

@@ -18,13 +18,12 @@
 #include <mutex>
 
 #include "common/env.h"
+#include "common/launch_env.h"
 #include "troupe/error.h"
 
 namespace troupe::transport {
 namespace {
 
-constexpr const char* kDirVariable = "TROUPE_TLS_DIR";
-constexpr const char* kNameVariable = "TROUPE_TLS_NAME";
 constexpr long kCaDays = 3650;
 constexpr long kCertificateDays = 825;
 
@@ -244,9 +243,9 @@ void ensure_certificate(const std::string& dir, const std::string& name) {
 }
 
 std::optional<TlsSettings> tls_settings_from_environment() {
-  auto dir = env::get(kDirVariable);
+  auto dir = env::get(launch_env::kTlsDir);
   if (!dir || dir->empty()) return std::nullopt;
-  return TlsSettings{*dir, env::get_or(kNameVariable, "")};
+  return TlsSettings{*dir, env::get_or(launch_env::kTlsName, "")};
 }
 
 void configure_tls(std::optional<TlsSettings> settings) {

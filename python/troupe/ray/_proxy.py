@@ -11,7 +11,10 @@ their start-up context, never in their environment) before anything is unpickled
   client -> server  HMAC-SHA256(secret, "client" + both nonces)
 
 A peer that fails or stalls (5 s) is closed without a byte of its unpickled; at most 64
-handshakes run at once (more are closed at once).
+handshakes run at once (more are closed at once). In a cluster with TLS (TROUPE_TLS_DIR, set by
+the agent for its workers) the TCP connection is TLS 1.3 first, both ends presenting a
+certificate of the cluster's CA (as troupe's own connections, transport/tls.h), and the
+handshake above runs inside it.
 
 Frames: a header (8-byte big-endian pickle length, 4-byte buffer count, 8 bytes per buffer
 length), then a pickle (protocol 5) of (op, args, released) or ("ok", value) / ("err", exc),
@@ -28,6 +31,7 @@ import hmac
 import os
 import secrets
 import socket
+import ssl
 import struct
 import threading
 
@@ -43,6 +47,28 @@ _LEASING_OPS = ("put", "submit_task", "call_actor")
 
 
 _MAX_BUFFERS = 1 << 16
+
+
+def tls_context(server):
+    """The TLS context of this process's TCP connections: TROUPE_TLS_DIR's ca.pem and the
+    certificate NAME.pem/NAME.key (NAME: TROUPE_TLS_NAME, else the host name); None without
+    TLS."""
+    directory = os.environ.get("TROUPE_TLS_DIR")
+    if not directory:
+        return None
+    name = os.environ.get("TROUPE_TLS_NAME") or socket.gethostname()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    try:
+        ctx.load_verify_locations(os.path.join(directory, "ca.pem"))
+        ctx.load_cert_chain(os.path.join(directory, name + ".pem"),
+                            os.path.join(directory, name + ".key"))
+    except (OSError, ssl.SSLError) as e:
+        raise rex.RaySystemError(
+            f"troupe.ray: cannot load the TLS certificates of {directory} ({name}): {e}") from e
+    ctx.check_hostname = False  # peers prove the cluster's CA, then its secret (as troupe does)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
 
 
 class FrameError(ConnectionError):
@@ -121,6 +147,7 @@ class Server:
         threading.Thread(target=self._accept, args=(self._sock, False), name="troupe-ray-proxy",
                          daemon=True).start()
         self._tcp = None
+        self._tls = tls_context(server=True) if tcp_host else None
         if tcp_host:
             self._tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self._tcp.bind((tcp_host, 0))
@@ -144,16 +171,28 @@ class Server:
 
     def _serve_tcp(self, conn):
         try:
-            ok = self._handshake(conn)
+            if self._tls is not None:
+                conn = self._wrap(conn)
+            ok = conn is not None and self._handshake(conn)
         finally:
             self._handshakes.release()
         if not ok:
             self.rejected += 1
-            conn.close()
+            if conn is not None:
+                conn.close()
             return
         conn.settimeout(None)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._serve(conn)
+
+    def _wrap(self, conn):
+        """The TLS server side on an accepted connection; None (closed) when it fails."""
+        try:
+            conn.settimeout(_HANDSHAKE_TIMEOUT)
+            return self._tls.wrap_socket(conn, server_side=True)
+        except (OSError, ssl.SSLError):
+            conn.close()
+            return None
 
     def _handshake(self, conn):
         """Mutual proof of the secret; True when the peer is one of this driver's workers."""
@@ -255,6 +294,9 @@ class Client:
         host, port = self.tcp_address.rsplit(":", 1)
         conn = socket.create_connection((host, int(port)), timeout=_HANDSHAKE_TIMEOUT)
         try:
+            tls = tls_context(server=False)
+            if tls is not None:
+                conn = tls.wrap_socket(conn)
             client_nonce = secrets.token_bytes(_NONCE)
             conn.sendall(client_nonce)
             reply = _recv_exact(conn, _NONCE + 32)
