@@ -36,8 +36,10 @@ ns() { bash "$here/netns.sh" exec "$@"; }
 ns_pids() { for h in tr-h1 tr-h2 tr-h3; do ip netns pids "$h" 2>/dev/null; done; }
 # Every process in the test's namespaces goes (daemons[] holds the subshells that started the
 # daemons, whose troupe processes are their children): SIGTERM, then SIGKILL after 10 s.
+capture_pid=
 cleanup() {
   local p
+  [[ -n $capture_pid ]] && kill -TERM "$capture_pid" 2>/dev/null
   for p in "${daemons[@]}" $(ns_pids); do kill -TERM "$p" 2>/dev/null; done
   for _ in $(seq 100); do [[ -z $(ns_pids) ]] && break; sleep 0.1; done
   for p in "${daemons[@]}" $(ns_pids); do kill -KILL "$p" 2>/dev/null; done
@@ -89,7 +91,18 @@ run() {  # run OUT TEST [ENV=VALUE...]: one test of the driver, in tr-h1, connec
   return $rc
 }
 
+# The bridge is captured during the first dispatch: without TLS its worker output crosses as
+# plaintext, which shows that tls_test.sh's capture, finding none with TLS, could have found it.
+/usr/bin/python3 "$here/capture.py" trbr0 "$work/wire" "$work/capturing" >"$work/capture.out" &
+capture_pid=$!
+check "the bridge is captured" wait_for 10 test -s "$work/capturing"
 check "sharded dispatch across two hosts" run dispatch.out MultiHost.ShardedDispatchAcrossTwoHosts
+kill -TERM "$capture_pid"
+wait "$capture_pid" 2>/dev/null
+capture_pid=
+check "without TLS, worker output crosses the bridge as plaintext" test \
+  "$(/usr/bin/python3 "$here/capture.py" --count "$work/wire" line-from-rank)" -gt 0
+rm -f "$work/wire"
 check "worker output reaches the driver's terminal" \
   grep -Eq '^\(mh[-_0-9]* pid=[1-9][0-9]*\) line-from-rank-3$' "$work/dispatch.out" ||
   grep line-from "$work/dispatch.out"
