@@ -8,6 +8,9 @@
 #   MH_DATA_BYTES=256M bench/multihost_bench.sh   # data-plane size (default 1G: 8 GiB of worker
 #                                                 # memory while it runs)
 #   MH_PLACEMENT_MS=5000 bench/multihost_bench.sh  # how long the placement row runs (default 1 s)
+#   MH_TLS=1 bench/multihost_bench.sh        # the cluster with TLS on every TCP connection
+#                                            # (troupe start --head --tls); the TCP floor stays
+#                                            # plaintext
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build-bench}
@@ -48,13 +51,19 @@ wait_up() {  # wait_up NAME
   return 1
 }
 mkdir -m 700 "$work/h1" "$work/h2" "$work/h3"
-TMPDIR=$work/h1 netns exec tr-h1 "$troupe" start --head --block --node-ip-address 10.77.0.1 \
-  --port 16380 >"$work/head.log" 2>&1 &
+tls_head=() tls_agent=() tls_env=()
+if [[ ${MH_TLS:-0} == 1 ]]; then
+  tls_dir=$work/h1/troupe-$EUID/standing/tls
+  tls_head=(--tls) tls_agent=(--tls-dir "$tls_dir") tls_env=(TROUPE_TLS_DIR="$tls_dir")
+fi
+TMPDIR=$work/h1 netns exec tr-h1 "$troupe" start --head "${tls_head[@]}" --block \
+  --node-ip-address 10.77.0.1 --port 16380 >"$work/head.log" 2>&1 &
 pids+=($!)
 for spec in tr-h2:node-a:10.77.0.2 tr-h3:node-b:10.77.0.3; do
   IFS=: read -r h name ip <<<"$spec"
   sleep 0.2
-  TMPDIR=$work/${h#tr-} netns exec "$h" "$troupe" start --address $head_address --block \
+  TMPDIR=$work/${h#tr-} netns exec "$h" "$troupe" start --address $head_address \
+    "${tls_agent[@]}" --block \
     --node-ip-address "$ip" --host-name "$name" --num-cpus 32 --num-gpus 0 >"$work/$name.log" 2>&1 &
   pids+=($!)
   wait_up "$name" || exit 1
@@ -70,8 +79,9 @@ NFT
 # What each host sent onto the bridge: rx_bytes of the bridge ports tr-v1..3 (root namespace; the
 # driver reads them through nsenter into this script's namespace).
 net_counters=$(printf '/sys/class/net/tr-v%s/statistics/rx_bytes ' 1 2 3)
-echo "+ multihost_bench (driver in tr-h1; head 10.77.0.1, node-a 10.77.0.2, node-b 10.77.0.3)"
-netns exec tr-h1 env TROUPE_ADDRESS=$head_address ECHO_ADDR=10.77.0.3:17000 \
+echo "+ multihost_bench (driver in tr-h1; head 10.77.0.1, node-a 10.77.0.2, node-b 10.77.0.3)" \
+  "${MH_TLS:+TLS=$MH_TLS}"
+netns exec tr-h1 env TROUPE_ADDRESS=$head_address ECHO_ADDR=10.77.0.3:17000 "${tls_env[@]}" \
   CUT_CMD="ip netns exec tr-h3 nft -f $work/cut.nft" \
   RESTORE_CMD="ip netns exec tr-h3 nft delete table inet troupe_cut" \
   NET_BYTES_CMD="nsenter --net=/proc/$$/ns/net cat $net_counters" \

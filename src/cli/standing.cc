@@ -466,9 +466,14 @@ int run_start_agent(const StartAgentOptions& o) {
     c.labels = o.labels;
     c.head_endpoint = "tcp:" + o.address;
     c.token = standing_token(o.token_file);
-    if (std::string tls = o.tls_dir.empty() ? standing_tls_dir() : o.tls_dir; !tls.empty())
-      transport::configure_tls(  // its workers get the same (agent/worker_table.cc)
-          transport::TlsSettings{stdfs::absolute(tls).string(), c.host_name});
+    if (std::string tls = o.tls_dir.empty() ? standing_tls_dir() : o.tls_dir; !tls.empty()) {
+      tls = stdfs::absolute(tls).string();
+      transport::configure_tls(transport::TlsSettings{tls, c.host_name});
+      // Its workers get the same (agent/worker_table.cc), and so do its fork servers, which
+      // set up the TLS context once for the workers they fork.
+      ::setenv(launch_env::kTlsDir, tls.c_str(), 1);
+      ::setenv(launch_env::kTlsName, c.host_name.c_str(), 1);
+    }
     c.session_dir = dir + "/agent-" + c.host_name;
     fs::open_private_dir(c.session_dir, true);
     c.socket_dir = c.session_dir + "/sockets";
